@@ -1,0 +1,97 @@
+// The gateway's HTTP application: request ids, the contract's error bodies,
+// 404/405, and the REST and checkout routes. Its only dependency is a
+// LinkService client, handed in.
+import { randomUUID } from "node:crypto";
+import { ConnectError } from "@connectrpc/connect";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
+import type { Logger } from "../services/shared/logger.js";
+import { registerCheckout } from "./checkout/routes.js";
+import { type HttpError, httpErrorFromRpc, INTERNAL } from "./errors.js";
+import type { Clients } from "./clients.js";
+import { registerRest } from "./rest.js";
+
+export const BODY_LIMIT = 64 * 1024;
+
+// Fastify's own client errors, in the contract's words.
+const FASTIFY_ERRORS: Record<string, HttpError> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: { status: 415, message: "Content-Type must be application/json" },
+  FST_ERR_CTP_BODY_TOO_LARGE: { status: 413, message: "Request body too large" },
+  FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, message: "Invalid JSON data" },
+  FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, message: "Invalid JSON data" },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, message: "Invalid Content-Length" },
+};
+
+export interface GatewayDeps {
+  clients: Clients;
+  logger: Logger;
+  paylinkEnv: "test" | "production";
+}
+
+export function buildGateway(deps: GatewayDeps): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    bodyLimit: BODY_LIMIT,
+    // Our own id on every request; a caller's id is kept when it is sane.
+    genReqId: (req) => {
+      const given = req.headers["x-request-id"];
+      return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
+    },
+    requestIdHeader: false,
+    return503OnClosing: true,
+  });
+
+  app.addHook("onRequest", async (req, reply) => {
+    reply.header("x-request-id", req.id);
+  });
+
+  app.setErrorHandler((err: unknown, req, reply) => {
+    const known = knownError(err);
+    if (known) {
+      if (known.status >= 500) req.log.warn({ err }, "request failed");
+      return sendError(reply, known);
+    }
+    req.log.error({ err }, "unexpected error");
+    return sendError(reply, INTERNAL);
+  });
+  app.setNotFoundHandler((_req, reply) => sendError(reply, { status: 404, message: "Not found" }));
+
+  app.get("/healthz", async () => ({ status: "ok" }));
+  app.get("/readyz", async (_req, reply) => {
+    const ready = await deps.clients.ready();
+    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
+  });
+  registerRest(app, deps);
+  registerCheckout(app, deps);
+  return app;
+}
+
+function knownError(err: unknown): HttpError | undefined {
+  if (err instanceof ConnectError) return httpErrorFromRpc(err);
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code === "string" && FASTIFY_ERRORS[code]) return FASTIFY_ERRORS[code];
+  const status = (err as { statusCode?: unknown })?.statusCode;
+  if (typeof status === "number" && status >= 400 && status < 500) {
+    return { status, message: (err as Error).message };
+  }
+  return undefined;
+}
+
+export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
+  return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
+}
+
+type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+const ALL_METHODS: HTTPMethods[] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/** Registers a path's handlers; every other method answers 405 with Allow. */
+export function route(app: FastifyInstance, url: string, handlers: Partial<Record<"GET" | "POST", Handler>>): void {
+  const allowed = Object.keys(handlers) as ("GET" | "POST")[];
+  for (const method of allowed) app.route({ method, url, handler: handlers[method]! });
+  const allow = [...allowed, ...(allowed.includes("GET") ? ["HEAD"] : [])].join(", ");
+  const others = ALL_METHODS.filter((m) => !allow.split(", ").includes(m));
+  app.route({
+    method: others,
+    url,
+    handler: async (_req, reply) => sendError(reply.header("allow", allow), { status: 405, message: "Method not allowed" }),
+  });
+}

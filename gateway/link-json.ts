@@ -1,0 +1,203 @@
+// REST JSON <-> LinkService messages. Only what protobuf cannot say is
+// checked here: unknown fields, JSON types, empty arrays, and amounts that
+// are not a whole number of the currency's minor units. Every other rule
+// lives in the LinkService, so REST and gRPC share it.
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
+import {
+  type CreateLinkRequest,
+  CreateLinkRequestSchema,
+  type Link,
+  type LinkData,
+  LinkDataSchema,
+  LinkStatus,
+  LinkType,
+  PaymentMethod,
+} from "../proto/gen/paylink/v1/link_service_pb.js";
+import { currencyDigits, fromMinorUnits, toMinorUnits } from "../services/shared/money.js";
+import { badRequest } from "./errors.js";
+
+type Json = Record<string, unknown>;
+
+const INT64_MAX = 2n ** 63n - 1n;
+const INT32_MAX = 2 ** 31 - 1;
+
+export const STATUS_NAMES: Record<LinkStatus, string> = {
+  [LinkStatus.UNSPECIFIED]: "unspecified",
+  [LinkStatus.CREATED]: "created",
+  [LinkStatus.USED]: "used",
+  [LinkStatus.EXPIRED]: "expired",
+};
+const METHOD_NAMES: Record<PaymentMethod, string> = {
+  [PaymentMethod.UNSPECIFIED]: "unspecified",
+  [PaymentMethod.CARD]: "card",
+  [PaymentMethod.BANK_TRANSFER]: "bank_transfer",
+};
+export const methodFromName = (name: string): PaymentMethod =>
+  name === "card" ? PaymentMethod.CARD : name === "bank_transfer" ? PaymentMethod.BANK_TRANSFER : PaymentMethod.UNSPECIFIED;
+export const methodName = (method: PaymentMethod): string => METHOD_NAMES[method];
+
+export function isObject(value: unknown): value is Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Refuses fields the contract does not define; a typo must never pass silently. */
+export function fields(value: unknown, path: string, allowed: readonly string[]): Json {
+  if (!isObject(value)) throw badRequest(`${path} must be an object`);
+  for (const key of Object.keys(value)) {
+    if (!allowed.includes(key)) throw badRequest(`Unknown field ${path ? `${path}.` : ""}${key}`);
+  }
+  return value;
+}
+
+export function string(value: unknown, path: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "string") throw badRequest(`${path} must be a string`);
+  return value;
+}
+
+/** A JSON integer, clamped to int32 so the service's range check answers for it. */
+export function integer(value: unknown, path: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value)) throw badRequest(`${path} must be an integer`);
+  return Math.max(-INT32_MAX - 1, Math.min(INT32_MAX, value));
+}
+
+function array(value: unknown, path: string, empty: string): unknown[] | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value)) throw badRequest(`${path} must be an array`);
+  if (value.length === 0) throw badRequest(empty);
+  return value;
+}
+
+/** Major units to minor units of `currency`, clamped to int64. */
+function money(value: unknown, path: string, currency: string): bigint {
+  if (value === undefined) throw badRequest(`${path} is required`);
+  if (typeof value !== "number" || !Number.isFinite(value)) throw badRequest(`${path} must be a number`);
+  const digits = currencyDigits(currency);
+  const minor = toMinorUnits(value, digits);
+  if (minor === undefined) {
+    throw badRequest(`${path} must have at most ${digits} decimal places for ${currency || "its currency"}`);
+  }
+  return minor > INT64_MAX ? INT64_MAX : minor < -INT64_MAX ? -INT64_MAX : minor;
+}
+
+const LINK_FIELDS = ["type", "expires_in", "data", "metadata"] as const;
+const DATA_FIELDS = [
+  "amount",
+  "description",
+  "items",
+  "merchant_id",
+  "merchant_name",
+  "customer",
+  "allowed_payment_methods",
+  "redirect_url",
+  "cancel_url",
+] as const;
+
+export function createLinkRequestFromJson(body: unknown, idempotencyKey: string | undefined): CreateLinkRequest {
+  const json = fields(body, "", LINK_FIELDS);
+  return create(CreateLinkRequestSchema, {
+    type: json.type === "payment" ? LinkType.PAYMENT : LinkType.UNSPECIFIED,
+    expiresIn: integer(json.expires_in, "expires_in"),
+    data: json.data === undefined ? undefined : linkDataFromJson(json.data),
+    metadata: metadataFromJson(json.metadata),
+    idempotencyKey,
+  });
+}
+
+function linkDataFromJson(value: unknown): MessageInitShape<typeof LinkDataSchema> {
+  const data = fields(value, "data", DATA_FIELDS);
+  if (data.amount === undefined) throw badRequest("data.amount is required");
+  const amount = fields(data.amount, "data.amount", ["value", "currency"]);
+  const rawCurrency = string(amount.currency, "data.amount.currency") ?? "";
+  const currency = rawCurrency.toUpperCase();
+  const items = array(data.items, "data.items", "data.items must contain 1 to 100 items");
+  const methods = array(
+    data.allowed_payment_methods,
+    "data.allowed_payment_methods",
+    "data.allowed_payment_methods must not be empty",
+  );
+  const customer = data.customer === undefined ? undefined : fields(data.customer, "data.customer", ["name", "email", "phone"]);
+  return {
+    amount: { value: money(amount.value, "data.amount.value", currency), currency: rawCurrency },
+    description: string(data.description, "data.description"),
+    items: items?.map((raw, i) => {
+      const at = `data.items[${i}]`;
+      const item = fields(raw, at, ["name", "description", "quantity", "amount"]);
+      return {
+        name: string(item.name, `${at}.name`) ?? "",
+        description: string(item.description, `${at}.description`),
+        quantity: integer(item.quantity, `${at}.quantity`) ?? 0,
+        amount: money(item.amount, `${at}.amount`, currency),
+      };
+    }),
+    merchantId: string(data.merchant_id, "data.merchant_id"),
+    merchantName: string(data.merchant_name, "data.merchant_name"),
+    customer: customer && {
+      name: string(customer.name, "data.customer.name"),
+      email: string(customer.email, "data.customer.email"),
+      phone: string(customer.phone, "data.customer.phone"),
+    },
+    allowedPaymentMethods: methods?.map((m, i) => methodFromName(string(m, `data.allowed_payment_methods[${i}]`)!)),
+    redirectUrl: string(data.redirect_url, "data.redirect_url"),
+    cancelUrl: string(data.cancel_url, "data.cancel_url"),
+  };
+}
+
+function metadataFromJson(value: unknown): Record<string, string> {
+  if (value === undefined) return {};
+  if (!isObject(value)) throw badRequest("metadata must be an object");
+  for (const [key, v] of Object.entries(value)) {
+    if (typeof v !== "string") throw badRequest(`metadata.${key} must be a string`);
+  }
+  return value as Record<string, string>;
+}
+
+const iso = (ts: Timestamp | undefined) => (ts ? timestampDate(ts).toISOString() : undefined);
+
+/** The contract's link object: exactly its ten fields, absent optionals left out. */
+export function linkToJson(link: Link): Json {
+  return {
+    id: link.id,
+    url: link.url,
+    type: "payment",
+    status: STATUS_NAMES[link.status],
+    data: linkDataToJson(link.data!),
+    client_id: link.clientId,
+    expires_at: iso(link.expiresAt),
+    created_at: iso(link.createdAt),
+    updated_at: iso(link.updatedAt),
+    metadata: link.metadata,
+  };
+}
+
+export function linkDataToJson(data: LinkData): Json {
+  const currency = data.amount!.currency;
+  const digits = currencyDigits(currency);
+  const customer = data.customer && {
+    name: data.customer.name,
+    email: data.customer.email,
+    phone: data.customer.phone,
+  };
+  return {
+    amount: { value: fromMinorUnits(data.amount!.value, digits), currency },
+    description: data.description,
+    items:
+      data.items.length > 0
+        ? data.items.map((item) => ({
+            name: item.name,
+            description: item.description,
+            quantity: item.quantity,
+            amount: fromMinorUnits(item.amount, digits),
+          }))
+        : undefined,
+    merchant_id: data.merchantId,
+    merchant_name: data.merchantName,
+    customer,
+    allowed_payment_methods:
+      data.allowedPaymentMethods.length > 0 ? data.allowedPaymentMethods.map(methodName) : undefined,
+    redirect_url: data.redirectUrl,
+    cancel_url: data.cancelUrl,
+  };
+}

@@ -1,0 +1,14 @@
+// The REST gateway process: config, one LinkService client, listen, drain on SIGTERM.
+import { runMain } from "../services/shared/run-main.js";
+import { startGateway } from "./server.js";
+
+await runMain("gateway", async (config, logger) => {
+  const gateway = await startGateway({
+    linksUrl: config.linksUrl,
+    port: config.gatewayPort,
+    paylinkEnv: config.env,
+    logger,
+  });
+  logger.info({ port: gateway.port, linksUrl: config.linksUrl, publicBaseUrl: config.publicBaseUrl }, "gateway listening");
+  return gateway;
+});

@@ -1,0 +1,103 @@
+// The merchant's REST API under /v1: JSON in, LinkService calls, JSON out.
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { create } from "@bufbuild/protobuf";
+import {
+  type Link,
+  LinkStatus,
+  ListLinksRequestSchema,
+} from "../proto/gen/paylink/v1/link_service_pb.js";
+import { route, type GatewayDeps } from "./app.js";
+import { badRequest } from "./errors.js";
+import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
+import { linkStateError } from "./link-state.js";
+
+const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
+const QUERY_STATUS: Record<string, LinkStatus> = {
+  created: LinkStatus.CREATED,
+  used: LinkStatus.USED,
+  expired: LinkStatus.EXPIRED,
+};
+
+export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): void {
+  const { links } = clients;
+
+  app.register(
+    async (v1) => {
+      // Check 1 of the contract, before the body is read or parsed.
+      v1.addHook("onRequest", async (req) => {
+        const clientId = req.headers["client-id"];
+        if (typeof clientId !== "string" || clientId.trim() === "") {
+          throw badRequest("Client ID header is required");
+        }
+      });
+
+      route(v1, "/links", {
+        async POST(req, reply) {
+          if (!isObject(req.body)) throw badRequest("Invalid JSON data");
+          const key = req.headers["idempotency-key"];
+          const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
+          const res = await links.createLink(request, { headers: clientIdOf(req) });
+          if (res.replayed) reply.header("idempotent-replayed", "true");
+          return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
+        },
+        async GET(req, reply) {
+          const query = fields(req.query, "query", ["limit", "starting_after", "status"]);
+          const res = await links.listLinks(
+            create(ListLinksRequestSchema, {
+              limit: queryInteger(query.limit, "limit", "limit must be an integer from 1 to 100"),
+              startingAfter: queryString(query.starting_after, "starting_after"),
+              status: query.status === undefined ? LinkStatus.UNSPECIFIED : queryStatus(query.status),
+            }),
+            { headers: clientIdOf(req) },
+          );
+          return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
+        },
+      });
+
+      route(v1, "/links/:id", {
+        async GET(req, reply) {
+          const { link } = await links.getLink({ id: idOf(req) }, { headers: clientIdOf(req) });
+          // REST shows only payable links here; used and expired ones are
+          // the contract's 409 and 410 (the list and gRPC still show them).
+          const refused = linkStateError(link!.status);
+          if (refused) throw refused;
+          return sendLink(reply, link!);
+        },
+      });
+
+      route(v1, "/links/:id/expire", {
+        async POST(req, reply) {
+          const { link } = await links.expireLink({ id: idOf(req) }, { headers: clientIdOf(req) });
+          return sendLink(reply, link!);
+        },
+      });
+    },
+    { prefix: "/v1" },
+  );
+}
+
+const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
+
+function sendLink(reply: FastifyReply, link: Link): FastifyReply {
+  return reply.type("application/json; charset=utf-8").send(linkToJson(link));
+}
+
+function queryString(value: unknown, name: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "string") throw badRequest(`${name} must be given once`);
+  return value;
+}
+
+function queryInteger(value: unknown, name: string, message: string): number | undefined {
+  const raw = queryString(value, name);
+  if (raw === undefined) return undefined;
+  if (!/^\d{1,9}$/.test(raw)) throw badRequest(message);
+  return Number(raw);
+}
+
+function queryStatus(value: unknown): LinkStatus {
+  const status = QUERY_STATUS[queryString(value, "status") ?? ""];
+  if (status === undefined) throw badRequest("status must be one of created, used, expired");
+  return status;
+}
+

@@ -1,0 +1,24 @@
+import type { Logger } from "../services/shared/logger.js";
+import { buildGateway } from "./app.js";
+import { createClients } from "./clients.js";
+
+export interface GatewayOptions {
+  linksUrl: string;
+  port: number;
+  host?: string;
+  paylinkEnv: "test" | "production";
+  logger: Logger;
+}
+
+export async function startGateway(opts: GatewayOptions) {
+  const clients = createClients(opts.linksUrl);
+  const app = buildGateway({ clients, logger: opts.logger, paylinkEnv: opts.paylinkEnv });
+  await app.listen({ port: opts.port, host: opts.host ?? "0.0.0.0" });
+  const address = app.server.address();
+  const port = typeof address === "object" && address ? address.port : opts.port;
+  return {
+    port,
+    app,
+    close: () => app.close(),
+  };
+}

@@ -1,0 +1,46 @@
+// Card checks that need no processor. The number never leaves this module
+// but to the processor: only the brand and the last four digits are kept.
+import type { Clock } from "../shared/clock.js";
+import type { Card } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { invalid } from "../shared/rpc-errors.js";
+import type { CardInput } from "./processor.js";
+
+export function luhnValid(digits: string): boolean {
+  let sum = 0;
+  for (let i = 0; i < digits.length; i++) {
+    let d = digits.charCodeAt(digits.length - 1 - i) - 48;
+    if (i % 2 === 1) {
+      d *= 2;
+      if (d > 9) d -= 9;
+    }
+    sum += d;
+  }
+  return sum % 10 === 0;
+}
+
+export function cardBrand(digits: string): string {
+  if (/^4/.test(digits)) return "visa";
+  if (/^(5[1-5]|2(2[2-9]|[3-6]\d|7[01]|720))/.test(digits)) return "mastercard";
+  if (/^3[47]/.test(digits)) return "amex";
+  if (/^6(011|5)/.test(digits)) return "discover";
+  return "unknown";
+}
+
+export function validateCard(card: Card | undefined, clock: Clock): CardInput {
+  if (!card) throw invalid("card is required for payment_method card");
+  const number = card.number.replace(/[\s-]/g, "");
+  if (!/^\d{12,19}$/.test(number) || !luhnValid(number)) throw invalid("Invalid card number");
+  if (!Number.isInteger(card.expMonth) || card.expMonth < 1 || card.expMonth > 12) {
+    throw invalid("card.exp_month must be an integer from 1 to 12");
+  }
+  const year = card.expYear < 100 ? 2000 + card.expYear : card.expYear;
+  if (!Number.isInteger(year) || year > 9999) throw invalid("card.exp_year must be a year such as 2030");
+  const now = clock.now();
+  // A card is good through the last day of its expiry month.
+  if (year < now.getUTCFullYear() || (year === now.getUTCFullYear() && card.expMonth < now.getUTCMonth() + 1)) {
+    throw invalid("Card has expired");
+  }
+  if (!/^\d{3,4}$/.test(card.cvc)) throw invalid("card.cvc must be 3 or 4 digits");
+  if (card.name !== undefined && card.name.length > 200) throw invalid("card.name must be at most 200 characters");
+  return { number, expMonth: card.expMonth, expYear: year, cvc: card.cvc, name: card.name };
+}

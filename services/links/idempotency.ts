@@ -1,0 +1,95 @@
+// Idempotency-Key for CreateLink. The key row is committed on its own before
+// the work starts, so a concurrent retry sees it at once and is told the
+// first request is in progress; the work and the stored answer then commit
+// together, so a retry never creates a second link.
+import { createHash } from "node:crypto";
+import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { and, eq, isNull, lte } from "drizzle-orm";
+import {
+  type CreateLinkRequest,
+  CreateLinkRequestSchema,
+  type CreateLinkResponse,
+  CreateLinkResponseSchema,
+} from "../../proto/gen/paylink/v1/link_service_pb.js";
+import type { Clock } from "../shared/clock.js";
+import type { Db, Executor } from "./db.js";
+import { idempotencyKeyInUse, idempotencyKeyReused, invalid } from "../shared/rpc-errors.js";
+import { idempotencyKeys } from "./schema.js";
+
+export const KEY_TTL_MS = 24 * 3_600_000;
+// A first request that has held its key this long died before answering;
+// its key is free again.
+const ABANDONED_MS = 5 * 60_000;
+
+type Work = (tx: Executor) => Promise<CreateLinkResponse>;
+
+export interface Idempotency {
+  run(clientId: string, req: CreateLinkRequest, work: Work): Promise<CreateLinkResponse>;
+}
+
+export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idempotency {
+  return {
+    async run(clientId, req, work) {
+      const key = req.idempotencyKey;
+      if (key === undefined) return work(db);
+      if (key.length < 1 || key.length > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
+      const requestHash = hashRequest(req);
+      const pk = and(eq(idempotencyKeys.clientId, clientId), eq(idempotencyKeys.key, key));
+
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const now = clock.now();
+        const claimed = await db
+          .insert(idempotencyKeys)
+          .values({ clientId, key, requestHash, createdAt: now })
+          .onConflictDoNothing()
+          .returning({ key: idempotencyKeys.key });
+        if (claimed.length > 0) {
+          try {
+            return await db.transaction(async (tx) => {
+              const res = await work(tx);
+              await tx
+                .update(idempotencyKeys)
+                .set({ response: toBinary(CreateLinkResponseSchema, res) })
+                .where(pk);
+              return res;
+            });
+          } catch (err) {
+            await db.delete(idempotencyKeys).where(and(pk, isNull(idempotencyKeys.response)));
+            throw err;
+          }
+        }
+
+        const [held] = await db.select().from(idempotencyKeys).where(pk);
+        if (!held) continue; // released between our insert and select
+        const age = now.getTime() - held.createdAt.getTime();
+        if (age >= KEY_TTL_MS || (held.response === null && age >= ABANDONED_MS)) {
+          await db.delete(idempotencyKeys).where(and(pk, eq(idempotencyKeys.createdAt, held.createdAt)));
+          continue;
+        }
+        if (held.requestHash !== requestHash) throw idempotencyKeyReused();
+        if (held.response === null) throw idempotencyKeyInUse();
+        return create(CreateLinkResponseSchema, {
+          ...fromBinary(CreateLinkResponseSchema, held.response),
+          replayed: true,
+        });
+      }
+      throw idempotencyKeyInUse();
+    },
+  };
+}
+
+/** The request without its key, with map entries in a fixed order. */
+function hashRequest(req: CreateLinkRequest): string {
+  const canonical = clone(CreateLinkRequestSchema, req);
+  canonical.idempotencyKey = undefined;
+  canonical.metadata = Object.fromEntries(Object.entries(req.metadata).sort(([a], [b]) => (a < b ? -1 : 1)));
+  return createHash("sha256").update(toBinary(CreateLinkRequestSchema, canonical)).digest("base64url");
+}
+
+export async function deleteExpiredKeys(db: Executor, now: Date): Promise<number> {
+  const deleted = await db
+    .delete(idempotencyKeys)
+    .where(lte(idempotencyKeys.createdAt, new Date(now.getTime() - KEY_TTL_MS)))
+    .returning({ key: idempotencyKeys.key });
+  return deleted.length;
+}

@@ -1,0 +1,69 @@
+// The transactional outbox: events are written in the same transaction as
+// the change they describe, and the relay publishes them afterwards.
+import { randomUUID } from "node:crypto";
+import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { and, asc, inArray, isNull, isNotNull, lte, sql } from "drizzle-orm";
+import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
+import type { Executor } from "./db.js";
+import { outbox } from "./schema.js";
+
+export const SUBJECT_PREFIX = "paylink.events";
+const SUBJECTS = {
+  paymentCompleted: `${SUBJECT_PREFIX}.payment.completed`,
+  linkExpired: `${SUBJECT_PREFIX}.link.expired`,
+} as const;
+
+type Payload = NonNullable<Event["payload"]["case"]>;
+
+export function newEvent(
+  at: Date,
+  fields: Pick<MessageInitShape<typeof EventSchema>, "linkId" | "clientId" | "payload">,
+): Event {
+  return create(EventSchema, { ...fields, id: randomUUID(), occurredAt: timestampFromDate(at) });
+}
+
+export function subjectOf(event: Event): string {
+  return SUBJECTS[event.payload.case as Payload];
+}
+
+export async function enqueue(db: Executor, events: Event[], at: Date): Promise<void> {
+  if (events.length === 0) return;
+  await db.insert(outbox).values(
+    events.map((event) => ({
+      id: event.id,
+      subject: subjectOf(event),
+      payload: toBinary(EventSchema, event),
+      createdAt: at,
+    })),
+  );
+}
+
+/**
+ * Locks up to `limit` unpublished rows, oldest first, skipping rows another
+ * relay holds, so several link service copies publish side by side.
+ */
+export async function claimUnpublished(db: Executor, limit: number) {
+  return db
+    .select()
+    .from(outbox)
+    .where(isNull(outbox.publishedAt))
+    .orderBy(asc(outbox.createdAt))
+    .limit(limit)
+    .for("update", { skipLocked: true });
+}
+
+export async function markPublished(db: Executor, ids: string[], at: Date): Promise<void> {
+  if (ids.length === 0) return;
+  await db.update(outbox).set({ publishedAt: at }).where(inArray(outbox.id, ids));
+}
+
+export async function deletePublishedBefore(db: Executor, before: Date, limit: number): Promise<number> {
+  const rows = await db.execute<{ id: string }>(sql`
+    DELETE FROM ${outbox} WHERE ${outbox.id} IN (
+      SELECT ${outbox.id} FROM ${outbox}
+      WHERE ${and(isNotNull(outbox.publishedAt), lte(outbox.publishedAt, before))}
+      LIMIT ${limit} FOR UPDATE SKIP LOCKED
+    ) RETURNING ${outbox.id}`);
+  return rows.length;
+}

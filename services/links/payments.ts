@@ -1,0 +1,129 @@
+// CompletePayment: the single-use transition. The processor authorizes
+// first; one transaction then moves the link created -> used (a conditional
+// update, so only one attempt can win), writes the payment and its event.
+// The winner captures; every loser voids, so it leaves no charge behind.
+import { create } from "@bufbuild/protobuf";
+import { v7 as uuidv7 } from "uuid";
+import {
+  type CompletePaymentRequest,
+  type CompletePaymentResponse,
+  CompletePaymentResponseSchema,
+  PaymentMethod,
+} from "../../proto/gen/paylink/v1/link_service_pb.js";
+import type { Clock } from "../shared/clock.js";
+import type { Logger } from "../shared/logger.js";
+import { cardBrand, validateCard } from "./card.js";
+import type { Db } from "./db.js";
+import { cardDeclined, invalid, linkExpired, linkNotFound, linkUsed, processorNotConfigured } from "../shared/rpc-errors.js";
+import { enqueue, newEvent } from "./outbox.js";
+import type { CardInput, PaymentProcessor } from "./processor.js";
+import { dataFromRow, type LinkRow, statusAt } from "./records.js";
+import { payments } from "./schema.js";
+import * as store from "./store.js";
+
+export interface Payments {
+  complete(req: CompletePaymentRequest): Promise<CompletePaymentResponse>;
+}
+
+const METHODS = { [PaymentMethod.CARD]: "card", [PaymentMethod.BANK_TRANSFER]: "bank_transfer" } as const;
+
+export interface PaymentsDeps {
+  db: Db;
+  clock: Clock;
+  /** Undefined where none is configured (production today): payments answer Unavailable. */
+  processor: PaymentProcessor | undefined;
+  /** Called after a payment commits, so its event is published without waiting for a poll. */
+  onEventsCommitted: () => void;
+  logger: Logger;
+}
+
+export function createPayments(deps: PaymentsDeps): Payments {
+  const { db, clock } = deps;
+
+  function refuseUnpayable(row: LinkRow, now: Date): void {
+    const status = statusAt(row, now);
+    if (status === "used") throw linkUsed();
+    if (status === "expired") throw linkExpired();
+  }
+
+  return {
+    async complete(req) {
+      const method = METHODS[req.paymentMethod as keyof typeof METHODS];
+      if (!method) throw invalid("payment_method must be one of card, bank_transfer");
+      const card: CardInput | undefined = method === "card" ? validateCard(req.card, clock) : undefined;
+
+      const row = await store.findLink(db, req.linkId);
+      if (!row) throw linkNotFound();
+      refuseUnpayable(row, clock.now());
+      const data = dataFromRow(row);
+      if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
+        throw invalid(`payment_method ${method} is not accepted for this link`);
+      }
+      if (!deps.processor) throw processorNotConfigured();
+      const processor = deps.processor;
+
+      const amount = data.amount!;
+      const auth = await processor.authorize({ amount: amount.value, currency: amount.currency, method, card });
+      if (!auth.approved) throw cardDeclined();
+
+      const paymentId = `pay-${uuidv7()}`;
+      const won = await db.transaction(async (tx) => {
+        const now = clock.now();
+        const used = await store.markUsed(tx, row.id, now);
+        if (!used) return false;
+        await tx.insert(payments).values({
+          id: paymentId,
+          linkId: row.id,
+          transactionId: auth.transactionId,
+          amountValue: amount.value,
+          currency: amount.currency,
+          method,
+          cardBrand: card ? cardBrand(card.number) : null,
+          cardLast4: card ? card.number.slice(-4) : null,
+          createdAt: now,
+        });
+        const event = newEvent(now, {
+          linkId: row.id,
+          clientId: row.clientId,
+          payload: {
+            case: "paymentCompleted",
+            value: {
+              paymentId,
+              transactionId: auth.transactionId,
+              webhookUrl: row.metadata.webhook ?? "",
+              apiKey: row.metadata.api_key ?? "",
+            },
+          },
+        });
+        await enqueue(tx, [event], now);
+        return true;
+      });
+
+      if (!won) {
+        await processor.void(auth.authorizationId);
+        const current = (await store.findLink(db, row.id))!;
+        refuseUnpayable(current, clock.now());
+        throw linkExpired(); // not reached: a link that could not be used is used or expired
+      }
+      deps.onEventsCommitted();
+      // The link is ours; the authorization holds the funds, so a failed
+      // capture is retried by operations, never answered as a failed payment.
+      await processor.capture(auth.authorizationId).catch((err: unknown) => {
+        deps.logger.error({ err, paymentId, linkId: row.id }, "capture failed after the link was used");
+      });
+      return create(CompletePaymentResponseSchema, {
+        linkId: row.id,
+        paymentId,
+        transactionId: auth.transactionId,
+        redirectUrl: data.redirectUrl ? withIds(data.redirectUrl, row.id, paymentId) : undefined,
+      });
+    },
+  };
+}
+
+function withIds(redirectUrl: string, linkId: string, paymentId: string): string {
+  const url = new URL(redirectUrl);
+  url.searchParams.set("link_id", linkId);
+  url.searchParams.set("payment_id", paymentId);
+  return url.toString();
+}

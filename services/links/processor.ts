@@ -1,0 +1,55 @@
+// The payment processor behind CompletePayment. Authorize first and capture
+// only once the link's transition has committed; an attempt that loses the
+// race voids its authorization, so it never leaves a charge behind.
+import { randomUUID } from "node:crypto";
+
+export type CardInput = { number: string; expMonth: number; expYear: number; cvc: string; name?: string };
+
+export interface AuthorizeRequest {
+  amount: bigint;
+  currency: string;
+  method: "card" | "bank_transfer";
+  card?: CardInput;
+}
+
+export type Authorization =
+  | { approved: true; authorizationId: string; transactionId: string }
+  | { approved: false };
+
+export interface PaymentProcessor {
+  readonly name: string;
+  authorize(req: AuthorizeRequest): Promise<Authorization>;
+  capture(authorizationId: string): Promise<void>;
+  void(authorizationId: string): Promise<void>;
+}
+
+const APPROVED_TEST_CARDS = new Set(["4242424242424242", "5555555555554444"]);
+
+/**
+ * The test environment's processor: no money moves. The two documented test
+ * cards are approved, every other card is declined, bank transfers succeed.
+ * It keeps the fate of each authorization so tests can see that losers void.
+ */
+export function createSandboxProcessor() {
+  const authorizations = new Map<string, "authorized" | "captured" | "voided">();
+  const settle = (id: string, to: "captured" | "voided") => {
+    if (authorizations.get(id) !== "authorized") throw new Error(`authorization ${id} is not open`);
+    authorizations.set(id, to);
+  };
+  return {
+    name: "sandbox",
+    authorizations,
+    async authorize(req: AuthorizeRequest): Promise<Authorization> {
+      if (req.method === "card" && !APPROVED_TEST_CARDS.has(req.card?.number ?? "")) return { approved: false };
+      const authorizationId = `auth-${randomUUID()}`;
+      authorizations.set(authorizationId, "authorized");
+      return { approved: true, authorizationId, transactionId: `txn-${randomUUID()}` };
+    },
+    async capture(id: string) {
+      settle(id, "captured");
+    },
+    async void(id: string) {
+      settle(id, "voided");
+    },
+  } satisfies PaymentProcessor & { authorizations: Map<string, string> };
+}

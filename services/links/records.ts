@@ -1,0 +1,60 @@
+// Rows to protobuf messages. The one place that decides a link's status "as
+// of now": a created link past its expires_at is expired even before the
+// sweeper has recorded it.
+import { create, fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  type Checkout,
+  CheckoutSchema,
+  type Link,
+  type LinkData,
+  LinkDataSchema,
+  LinkSchema,
+  LinkStatus,
+  LinkType,
+} from "../../proto/gen/paylink/v1/link_service_pb.js";
+import type { LinkStatusValue, links } from "./schema.js";
+
+export type LinkRow = typeof links.$inferSelect;
+
+const STATUS: Record<LinkStatusValue, LinkStatus> = {
+  created: LinkStatus.CREATED,
+  used: LinkStatus.USED,
+  expired: LinkStatus.EXPIRED,
+};
+
+export function statusAt(row: Pick<LinkRow, "status" | "expiresAt">, now: Date): LinkStatusValue {
+  return row.status === "created" && now.getTime() >= row.expiresAt.getTime() ? "expired" : row.status;
+}
+
+export function dataToJson(data: LinkData): Record<string, unknown> {
+  return toJson(LinkDataSchema, data, { useProtoFieldName: true }) as Record<string, unknown>;
+}
+
+export function dataFromRow(row: Pick<LinkRow, "data">): LinkData {
+  return fromJson(LinkDataSchema, row.data as JsonObject);
+}
+
+export function toLink(row: LinkRow, now: Date, checkoutBaseUrl: string): Link {
+  return create(LinkSchema, {
+    id: row.id,
+    url: `${checkoutBaseUrl}/link/${row.id}`,
+    type: LinkType.PAYMENT,
+    status: STATUS[statusAt(row, now)],
+    data: dataFromRow(row),
+    clientId: row.clientId,
+    expiresAt: timestampFromDate(row.expiresAt),
+    createdAt: timestampFromDate(row.createdAt),
+    updatedAt: timestampFromDate(row.updatedAt),
+    metadata: row.metadata,
+  });
+}
+
+export function toCheckout(row: LinkRow, now: Date): Checkout {
+  return create(CheckoutSchema, {
+    linkId: row.id,
+    status: STATUS[statusAt(row, now)],
+    data: dataFromRow(row),
+    expiresAt: timestampFromDate(row.expiresAt),
+  });
+}

@@ -1,0 +1,91 @@
+import { sql } from "drizzle-orm";
+import {
+  bigint,
+  char,
+  customType,
+  index,
+  jsonb,
+  pgEnum,
+  pgTable,
+  primaryKey,
+  text,
+  timestamp,
+  uuid,
+} from "drizzle-orm/pg-core";
+
+const bytea = customType<{ data: Uint8Array; driverData: Uint8Array }>({
+  dataType: () => "bytea",
+});
+
+const at = (name: string) => timestamp(name, { withTimezone: true, precision: 3, mode: "date" });
+
+export const linkStatus = pgEnum("link_status", ["created", "used", "expired"]);
+export type LinkStatusValue = (typeof linkStatus.enumValues)[number];
+
+export const links = pgTable(
+  "links",
+  {
+    // "lnk-" + UUIDv7: time-ordered, so new rows land at the right edge of the index.
+    id: text("id").primaryKey(),
+    clientId: text("client_id").notNull(),
+    status: linkStatus("status").notNull().default("created"),
+    /** LinkData in protobuf JSON form (snake_case names, int64 as strings). */
+    data: jsonb("data").$type<Record<string, unknown>>().notNull(),
+    metadata: jsonb("metadata").$type<Record<string, string>>().notNull(),
+    expiresAt: at("expires_at").notNull(),
+    createdAt: at("created_at").notNull(),
+    updatedAt: at("updated_at").notNull(),
+  },
+  (t) => [
+    // Get checks ownership after the primary-key lookup; list walks this index newest first.
+    index("links_client_id_id_idx").on(t.clientId, t.id.desc()),
+    // The expiry sweeper reads only live links, so its cost follows the links that are due.
+    index("links_created_expires_at_idx").on(t.expiresAt).where(sql`status = 'created'`),
+  ],
+);
+
+export const payments = pgTable("payments", {
+  id: text("id").primaryKey(),
+  // The database, not only the code, holds a link to one payment.
+  linkId: text("link_id")
+    .notNull()
+    .unique("payments_link_id_key")
+    .references(() => links.id),
+  transactionId: text("transaction_id").notNull(),
+  amountValue: bigint("amount_value", { mode: "bigint" }).notNull(),
+  currency: char("currency", { length: 3 }).notNull(),
+  method: text("method", { enum: ["card", "bank_transfer"] }).notNull(),
+  // Never the card number or CVC: only what a receipt may show.
+  cardBrand: text("card_brand"),
+  cardLast4: char("card_last4", { length: 4 }),
+  createdAt: at("created_at").notNull(),
+});
+
+export const outbox = pgTable(
+  "outbox",
+  {
+    id: uuid("id").primaryKey(),
+    subject: text("subject").notNull(),
+    /** A paylink.v1.Event in protobuf binary form. */
+    payload: bytea("payload").notNull(),
+    createdAt: at("created_at").notNull(),
+    publishedAt: at("published_at"),
+  },
+  (t) => [
+    index("outbox_unpublished_idx").on(t.createdAt).where(sql`published_at IS NULL`),
+    index("outbox_published_at_idx").on(t.publishedAt).where(sql`published_at IS NOT NULL`),
+  ],
+);
+
+export const idempotencyKeys = pgTable(
+  "idempotency_keys",
+  {
+    clientId: text("client_id").notNull(),
+    key: text("key").notNull(),
+    requestHash: text("request_hash").notNull(),
+    /** The CreateLinkResponse in protobuf binary form; null while the first request runs. */
+    response: bytea("response"),
+    createdAt: at("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.clientId, t.key] }), index("idempotency_keys_created_at_idx").on(t.createdAt)],
+);

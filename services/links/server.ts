@@ -1,0 +1,78 @@
+// Builds the LinkService process from its parts and listens on one HTTP/2
+// cleartext port that speaks Connect, gRPC and gRPC-Web.
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
+import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import type { Clock } from "../shared/clock.js";
+import type { Logger } from "../shared/logger.js";
+import { createDb } from "./db.js";
+import { createHealthService } from "./health.js";
+import { createIdempotency } from "./idempotency.js";
+import { errorBoundary } from "./interceptors.js";
+import { createPayments } from "./payments.js";
+import type { PaymentProcessor } from "./processor.js";
+import { createLinkService } from "./service.js";
+import { ping } from "./store.js";
+
+export interface LinksServerOptions {
+  databaseUrl: string;
+  port: number;
+  host?: string;
+  checkoutBaseUrl: string;
+  clock: Clock;
+  processor: PaymentProcessor | undefined;
+  logger: Logger;
+  /** Told after a transaction commits outbox events. */
+  onEventsCommitted?: () => void;
+}
+
+export async function startLinksServer(opts: LinksServerOptions) {
+  const { db, close: closeDb } = createDb(opts.databaseUrl);
+  const { clock, logger } = opts;
+  const service = createLinkService({
+    db,
+    clock,
+    checkoutBaseUrl: opts.checkoutBaseUrl,
+    idempotency: createIdempotency({ db, clock }),
+    payments: createPayments({
+      db,
+      clock,
+      processor: opts.processor,
+      logger,
+      onEventsCommitted: opts.onEventsCommitted ?? (() => {}),
+    }),
+  });
+  const handler = connectNodeAdapter({
+    interceptors: [errorBoundary(logger)],
+    routes: (router) => {
+      router.service(LinkService, service);
+      router.service(Health, createHealthService(() => ping(db)));
+    },
+  });
+  const server = http2.createServer(handler);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
+  });
+  const port = (server.address() as AddressInfo).port;
+
+  return {
+    port,
+    db,
+    async close() {
+      // Stop accepting, tell clients to go away (GOAWAY lets open streams
+      // finish), then release the pool.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const session of sessions) session.close();
+      await closed;
+      await closeDb();
+    },
+  };
+}

@@ -1,0 +1,77 @@
+// Every query of the link service. Each takes the database or a transaction,
+// so callers decide what runs atomically.
+import { and, desc, eq, gt, lt, lte, or, sql } from "drizzle-orm";
+import type { Executor } from "./db.js";
+import { links, type LinkStatusValue } from "./schema.js";
+import type { LinkRow } from "./records.js";
+
+export async function insertLink(db: Executor, row: typeof links.$inferInsert): Promise<LinkRow> {
+  const [inserted] = await db.insert(links).values(row).returning();
+  return inserted!;
+}
+
+export async function findLink(db: Executor, id: string): Promise<LinkRow | undefined> {
+  const [row] = await db.select().from(links).where(eq(links.id, id)).limit(1);
+  return row;
+}
+
+/** The same lookup, holding the row until the transaction ends. */
+export async function findLinkForUpdate(db: Executor, id: string): Promise<LinkRow | undefined> {
+  const [row] = await db.select().from(links).where(eq(links.id, id)).for("update").limit(1);
+  return row;
+}
+
+/**
+ * Newest first, one more than asked so the caller can tell has_more. The
+ * status filter is "as of now", like every read.
+ */
+export async function listLinks(
+  db: Executor,
+  q: { clientId: string; limit: number; startingAfter?: string; status?: LinkStatusValue; now: Date },
+): Promise<LinkRow[]> {
+  const live = and(eq(links.status, "created"), gt(links.expiresAt, q.now));
+  const byStatus = {
+    created: live,
+    used: eq(links.status, "used"),
+    expired: or(eq(links.status, "expired"), and(eq(links.status, "created"), lte(links.expiresAt, q.now))),
+  };
+  return db
+    .select()
+    .from(links)
+    .where(
+      and(
+        eq(links.clientId, q.clientId),
+        q.startingAfter ? lt(links.id, q.startingAfter) : undefined,
+        q.status ? byStatus[q.status] : undefined,
+      ),
+    )
+    .orderBy(desc(links.id))
+    .limit(q.limit + 1);
+}
+
+/**
+ * created -> used, only while the link is live. Returns the row when this
+ * caller won the transition, undefined when the link was not payable.
+ */
+export async function markUsed(db: Executor, id: string, now: Date): Promise<LinkRow | undefined> {
+  const [row] = await db
+    .update(links)
+    .set({ status: "used", updatedAt: now })
+    .where(and(eq(links.id, id), eq(links.status, "created"), gt(links.expiresAt, now)))
+    .returning();
+  return row;
+}
+
+/** created -> expired now, only while the link is live. */
+export async function expireNow(db: Executor, id: string, now: Date): Promise<LinkRow | undefined> {
+  const [row] = await db
+    .update(links)
+    .set({ status: "expired", expiresAt: now, updatedAt: now })
+    .where(and(eq(links.id, id), eq(links.status, "created"), gt(links.expiresAt, now)))
+    .returning();
+  return row;
+}
+
+export async function ping(db: Executor): Promise<void> {
+  await db.execute(sql`select 1`);
+}

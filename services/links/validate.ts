@@ -1,0 +1,164 @@
+// Every rule of CONTRACT.md on link input, in one place, so gRPC and REST
+// callers get the same checks and the same messages. Each failure is
+// InvalidArgument with a message that names the field path as REST spells it.
+import { clone } from "@bufbuild/protobuf";
+import {
+  type CreateLinkRequest,
+  type LinkData,
+  LinkDataSchema,
+  LinkStatus,
+  LinkType,
+  type ListLinksRequest,
+  PaymentMethod,
+} from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { currencyDigits, isKnownCurrency } from "../shared/money.js";
+import { invalid } from "../shared/rpc-errors.js";
+
+export const DEFAULT_EXPIRES_IN = 43_200;
+const MAX_AMOUNT_MAJOR = 1_000_000_000n;
+const MAX_ITEMS = 100;
+const METHOD_NAMES: Record<number, string> = {
+  [PaymentMethod.CARD]: "card",
+  [PaymentMethod.BANK_TRANSFER]: "bank_transfer",
+};
+
+export interface NewLink {
+  expiresIn: number;
+  data: LinkData;
+  metadata: Record<string, string>;
+}
+
+export function validateCreateLink(req: CreateLinkRequest): NewLink {
+  if (req.type !== LinkType.PAYMENT) throw invalid("type must be payment");
+  const expiresIn = req.expiresIn ?? DEFAULT_EXPIRES_IN;
+  if (!Number.isInteger(expiresIn) || expiresIn < 60 || expiresIn > 86_400) {
+    throw invalid("expires_in must be an integer from 60 to 86400");
+  }
+  if (!req.data) throw invalid("data is required");
+  return { expiresIn, data: validateData(req.data), metadata: validateMetadata(req.metadata) };
+}
+
+function validateData(data: LinkData): LinkData {
+  if (!data.amount) throw invalid("data.amount is required");
+  const currency = data.amount.currency.toUpperCase();
+  if (data.amount.currency === "") throw invalid("data.amount.currency is required");
+  if (!/^[A-Z]{3}$/.test(currency) || !isKnownCurrency(currency)) {
+    throw invalid("data.amount.currency must be a three-letter ISO 4217 currency code");
+  }
+  const maxMinor = MAX_AMOUNT_MAJOR * 10n ** BigInt(currencyDigits(currency));
+  if (data.amount.value <= 0n) throw invalid("data.amount.value must be greater than 0");
+  if (data.amount.value > maxMinor) throw invalid("data.amount.value must be at most 1000000000");
+
+  if (data.description !== undefined) text("data.description", data.description, 1, 1000, true);
+  if (data.items.length > MAX_ITEMS) throw invalid("data.items must contain 1 to 100 items");
+  data.items.forEach((item, i) => {
+    const at = `data.items[${i}]`;
+    text(`${at}.name`, item.name, 1, 200, true);
+    if (item.description !== undefined) text(`${at}.description`, item.description, 0, 1000);
+    if (!Number.isInteger(item.quantity) || item.quantity < 1 || item.quantity > 10_000) {
+      throw invalid(`${at}.quantity must be an integer from 1 to 10000`);
+    }
+    if (item.amount < 0n) throw invalid(`${at}.amount must be at least 0`);
+    if (item.amount > maxMinor) throw invalid(`${at}.amount must be at most 1000000000`);
+  });
+  if (data.description === undefined && data.items.length === 0) {
+    throw invalid("data.description or data.items is required");
+  }
+
+  optionalText("data.merchant_id", data.merchantId, 200);
+  optionalText("data.merchant_name", data.merchantName, 200);
+  if (data.customer) {
+    optionalText("data.customer.name", data.customer.name, 200);
+    const { email, phone } = data.customer;
+    if (email !== undefined && (length(email) > 254 || !/^[^\s@]+@[^\s@]+$/.test(email))) {
+      throw invalid("data.customer.email must be an email address (local@domain) of at most 254 characters");
+    }
+    if (phone !== undefined && !/^[0-9 +\-()]{1,32}$/.test(phone)) {
+      throw invalid("data.customer.phone must be 1 to 32 characters of digits, spaces, +, - and parentheses");
+    }
+  }
+
+  const seen = new Set<PaymentMethod>();
+  data.allowedPaymentMethods.forEach((method, i) => {
+    if (!METHOD_NAMES[method]) {
+      throw invalid(`data.allowed_payment_methods[${i}] must be one of card, bank_transfer`);
+    }
+    if (seen.has(method)) throw invalid(`data.allowed_payment_methods[${i}] repeats ${METHOD_NAMES[method]}`);
+    seen.add(method);
+  });
+  if (data.redirectUrl !== undefined) httpUrl("data.redirect_url", data.redirectUrl);
+  if (data.cancelUrl !== undefined) httpUrl("data.cancel_url", data.cancelUrl);
+
+  const normalized = clone(LinkDataSchema, data);
+  normalized.amount!.currency = currency;
+  return normalized;
+}
+
+function validateMetadata(metadata: Record<string, string>): Record<string, string> {
+  const keys = Object.keys(metadata);
+  if (keys.length > 50) throw invalid("metadata must have at most 50 keys");
+  for (const key of keys) {
+    if (length(key) < 1 || length(key) > 40) throw invalid(`metadata keys must be 1 to 40 characters: "${key.slice(0, 60)}"`);
+    const value = metadata[key]!;
+    if (key === "webhook") httpUrl("metadata.webhook", value);
+    else if (length(value) > 500) throw invalid(`metadata.${key} must be at most 500 characters`);
+  }
+  return metadata;
+}
+
+export interface ListQuery {
+  limit: number;
+  startingAfter: string | undefined;
+  status: "created" | "used" | "expired" | undefined;
+}
+
+const STATUS_NAMES = {
+  [LinkStatus.CREATED]: "created",
+  [LinkStatus.USED]: "used",
+  [LinkStatus.EXPIRED]: "expired",
+} as const;
+
+export function validateListLinks(req: ListLinksRequest): ListQuery {
+  const limit = req.limit ?? 20;
+  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalid("limit must be an integer from 1 to 100");
+  if (req.startingAfter !== undefined && !LINK_ID.test(req.startingAfter)) {
+    throw invalid("starting_after must be a link id");
+  }
+  if (req.status !== LinkStatus.UNSPECIFIED && !(req.status in STATUS_NAMES)) {
+    throw invalid("status must be one of created, used, expired");
+  }
+  const status = req.status === LinkStatus.UNSPECIFIED ? undefined : STATUS_NAMES[req.status as keyof typeof STATUS_NAMES];
+  return { limit, startingAfter: req.startingAfter, status };
+}
+
+export const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+/** Characters as a person counts them: code points, not UTF-16 units. */
+function length(value: string): number {
+  let n = 0;
+  for (const _ of value) n++;
+  return n;
+}
+
+function text(path: string, value: string, min: number, max: number, notBlank = false): void {
+  const n = length(value);
+  if (n < min || n > max || (notBlank && value.trim() === "")) {
+    throw invalid(`${path} must be ${min} to ${max} characters${notBlank ? " and not blank" : ""}`);
+  }
+}
+
+function optionalText(path: string, value: string | undefined, max: number): void {
+  if (value !== undefined && length(value) > max) throw invalid(`${path} must be at most ${max} characters`);
+}
+
+function httpUrl(path: string, value: string): void {
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || length(value) > 2048) {
+    throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
+  }
+}

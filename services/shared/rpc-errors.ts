@@ -1,0 +1,41 @@
+// The API's error vocabulary, shared by the LinkService that raises these
+// errors and the gateway that raises the same ones for REST-only refusals.
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
+
+// ErrorInfo reasons (AIP-193, UPPER_SNAKE_CASE) under this domain are part
+// of the API: the gateway maps them to HTTP statuses.
+export const ERROR_DOMAIN = "paylink";
+
+export type Reason =
+  | "LINK_USED"
+  | "LINK_EXPIRED"
+  | "CARD_DECLINED"
+  | "IDEMPOTENCY_KEY_IN_USE"
+  | "IDEMPOTENCY_KEY_REUSED"
+  | "PROCESSOR_NOT_CONFIGURED";
+
+function withReason(message: string, code: Code, reason: Reason): ConnectError {
+  return new ConnectError(message, code, undefined, [
+    { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, domain: ERROR_DOMAIN }) },
+  ]);
+}
+
+export const invalid = (message: string) => new ConnectError(message, Code.InvalidArgument);
+export const clientIdRequired = () => invalid("Client ID header is required");
+export const linkNotFound = () => new ConnectError("Link not found", Code.NotFound);
+export const unauthorized = () => new ConnectError("Unauthorized access", Code.PermissionDenied);
+export const linkUsed = () => withReason("Link has already been used", Code.FailedPrecondition, "LINK_USED");
+export const linkExpired = () => withReason("Link has expired", Code.FailedPrecondition, "LINK_EXPIRED");
+export const cardDeclined = () => withReason("Card was declined", Code.FailedPrecondition, "CARD_DECLINED");
+export const idempotencyKeyInUse = () =>
+  withReason("A request with this Idempotency-Key is in progress", Code.Aborted, "IDEMPOTENCY_KEY_IN_USE");
+export const idempotencyKeyReused = () =>
+  withReason(
+    "Idempotency-Key was already used with a different request",
+    Code.FailedPrecondition,
+    "IDEMPOTENCY_KEY_REUSED",
+  );
+export const processorNotConfigured = () =>
+  withReason("Payments are not available: no payment processor is configured", Code.Unavailable, "PROCESSOR_NOT_CONFIGURED");

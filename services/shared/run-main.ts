@@ -1,0 +1,38 @@
+// What every entry point shares: parse the config once (a bad value stops
+// start-up with a message naming it), start, and drain on SIGTERM/SIGINT.
+import { type Config, ConfigError, loadConfig } from "./config.js";
+import { createLogger, type Logger } from "./logger.js";
+
+export async function runMain(
+  name: string,
+  start: (config: Config, logger: Logger) => Promise<{ close(): Promise<void> }>,
+): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    console.error(`${name}: configuration error: ${err.message}`);
+    process.exit(1);
+  }
+  const logger = createLogger(name, config.logLevel);
+  let running: { close(): Promise<void> };
+  try {
+    running = await start(config, logger);
+  } catch (err) {
+    logger.fatal({ err }, "start-up failed");
+    process.exit(1);
+  }
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, "draining");
+    const force = setTimeout(() => process.exit(1), 15_000).unref();
+    await running.close().catch((err: unknown) => logger.error({ err }, "drain failed"));
+    clearTimeout(force);
+    process.exit(0);
+  };
+  process.once("SIGTERM", () => void stop("SIGTERM"));
+  process.once("SIGINT", () => void stop("SIGINT"));
+}
