@@ -1,24 +1,42 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
 import { systemClock } from "../shared/clock.js";
 import { runMain } from "../shared/run-main.js";
-import { migrateDb } from "./db.js";
+import { createDb, migrateDb } from "./db.js";
 import { createSandboxProcessor } from "./processor.js";
 import { startLinksServer } from "./server.js";
+import { createSweeper } from "./sweeper.js";
 
 await runMain("links", async (config, logger) => {
-  if (!config.databaseUrl) throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
+  if (!config.databaseUrl) {
+    throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
+  }
   await migrateDb(config.databaseUrl);
+  const { db, close: closeDb } = createDb(config.databaseUrl);
+  const clock = systemClock;
+
   const processor = config.env === "test" ? createSandboxProcessor() : undefined;
   if (!processor) logger.warn("no payment processor is configured: payments will answer 503");
+
+  const sweeper = createSweeper({ db, clock, logger });
   const server = await startLinksServer({
-    databaseUrl: config.databaseUrl,
+    db,
     port: config.linksPort,
     checkoutBaseUrl: config.checkoutBaseUrl,
-    clock: systemClock,
+    clock,
     processor,
     logger,
   });
-  logger.info({ port: server.port, env: config.env, processor: processor?.name ?? "none" }, "LinkService listening (Connect, gRPC, gRPC-Web over h2c)");
-  return server;
-});
+  sweeper.start();
+  logger.info(
+    { port: server.port, env: config.env, processor: processor?.name ?? "none" },
+    "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
+  );
 
+  return {
+    async close() {
+      await server.close();
+      await sweeper.close();
+      await closeDb();
+    },
+  };
+});

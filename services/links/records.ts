@@ -36,16 +36,20 @@ export function dataFromRow(row: Pick<LinkRow, "data">): LinkData {
 }
 
 export function toLink(row: LinkRow, now: Date, checkoutBaseUrl: string): Link {
+  const status = statusAt(row, now);
+  // A link changes when it expires; the sweeper records that moment as
+  // updated_at, and a read before the sweep shows the same.
+  const updatedAt = status === "expired" && row.status === "created" ? row.expiresAt : row.updatedAt;
   return create(LinkSchema, {
     id: row.id,
     url: `${checkoutBaseUrl}/link/${row.id}`,
     type: LinkType.PAYMENT,
-    status: STATUS[statusAt(row, now)],
+    status: STATUS[status],
     data: dataFromRow(row),
     clientId: row.clientId,
     expiresAt: timestampFromDate(row.expiresAt),
     createdAt: timestampFromDate(row.createdAt),
-    updatedAt: timestampFromDate(row.updatedAt),
+    updatedAt: timestampFromDate(updatedAt),
     metadata: row.metadata,
   });
 }

@@ -7,7 +7,7 @@ import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
-import { createDb } from "./db.js";
+import type { Db } from "./db.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
 import { errorBoundary } from "./interceptors.js";
@@ -17,7 +17,7 @@ import { createLinkService } from "./service.js";
 import { ping } from "./store.js";
 
 export interface LinksServerOptions {
-  databaseUrl: string;
+  db: Db;
   port: number;
   host?: string;
   checkoutBaseUrl: string;
@@ -29,8 +29,7 @@ export interface LinksServerOptions {
 }
 
 export async function startLinksServer(opts: LinksServerOptions) {
-  const { db, close: closeDb } = createDb(opts.databaseUrl);
-  const { clock, logger } = opts;
+  const { db, clock, logger } = opts;
   const service = createLinkService({
     db,
     clock,
@@ -65,14 +64,12 @@ export async function startLinksServer(opts: LinksServerOptions) {
 
   return {
     port,
-    db,
     async close() {
-      // Stop accepting, tell clients to go away (GOAWAY lets open streams
-      // finish), then release the pool.
+      // Stop accepting and tell clients to go away; GOAWAY lets open
+      // streams finish first.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const session of sessions) session.close();
       await closed;
-      await closeDb();
     },
   };
 }

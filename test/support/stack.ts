@@ -4,12 +4,15 @@ import { inject } from "vitest";
 import { pino } from "pino";
 import { startGateway } from "../../gateway/server.js";
 import { createSandboxProcessor } from "../../services/links/processor.js";
+import { createDb } from "../../services/links/db.js";
 import { startLinksServer } from "../../services/links/server.js";
 import type { Logger } from "../../services/shared/logger.js";
 import { testClock } from "./clock.js";
 
 export interface StackOptions {
   env?: "test" | "production";
+  /** Another database than the run's shared one, for tests that sweep the whole table. */
+  databaseUrl?: string;
   logger?: Logger;
   checkoutBaseUrl?: string;
   onEventsCommitted?: () => void;
@@ -20,9 +23,10 @@ export async function startStack(opts: StackOptions = {}) {
   const logger = opts.logger ?? pino({ level: "silent" });
   const clock = testClock(new Date());
   const processor = env === "test" ? createSandboxProcessor() : undefined;
-  const databaseUrl = inject("databaseUrl");
+  const databaseUrl = opts.databaseUrl ?? inject("databaseUrl");
+  const { db, close: closeDb } = createDb(databaseUrl);
   const links = await startLinksServer({
-    databaseUrl,
+    db,
     port: 0,
     host: "127.0.0.1",
     checkoutBaseUrl: opts.checkoutBaseUrl ?? "http://checkout.test",
@@ -38,12 +42,13 @@ export async function startStack(opts: StackOptions = {}) {
     clock,
     processor,
     databaseUrl,
-    db: links.db,
+    db,
     linksUrl,
     gatewayUrl,
     async close() {
       await gateway.close();
       await links.close();
+      await closeDb();
     },
   };
 }

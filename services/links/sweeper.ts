@@ -1,0 +1,96 @@
+// Records expiry: created links whose expires_at has passed become expired,
+// in batches. Reads never wait for it (they judge expiry as of now); the
+// sweeper makes the state durable and announces it with link.expired events.
+// The partial index on expires_at for created links makes each batch cost
+// what it expires, whatever the table's size, and SKIP LOCKED lets several
+// link service copies sweep side by side.
+import { sql } from "drizzle-orm";
+import type { Clock } from "../shared/clock.js";
+import type { Logger } from "../shared/logger.js";
+import type { Db } from "./db.js";
+import { deleteExpiredKeys } from "./idempotency.js";
+import { enqueue, newEvent } from "./outbox.js";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { links } from "./schema.js";
+
+export interface SweeperOptions {
+  db: Db;
+  clock: Clock;
+  logger: Logger;
+  batchSize?: number;
+  intervalMs?: number;
+  onEventsCommitted?: () => void;
+}
+
+export function createSweeper(opts: SweeperOptions) {
+  const { db, clock, logger } = opts;
+  const batchSize = opts.batchSize ?? 1000;
+  const intervalMs = opts.intervalMs ?? 1000;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<unknown> | undefined;
+  let stopped = false;
+
+  /** Expires one batch; returns how many links it recorded. */
+  async function sweepBatch(): Promise<number> {
+    const now = clock.now();
+    const expired = await db.transaction(async (tx) => {
+      const rows = await tx.execute<{ id: string; client_id: string; expires_at: string }>(sql`
+        WITH due AS (
+          SELECT ${links.id} FROM ${links}
+          WHERE ${links.status} = 'created' AND ${links.expiresAt} <= ${now}
+          ORDER BY ${links.expiresAt}
+          LIMIT ${batchSize}
+          FOR UPDATE SKIP LOCKED
+        )
+        UPDATE ${links} SET status = 'expired', updated_at = ${links.expiresAt}
+        FROM due WHERE ${links.id} = due.id
+        RETURNING ${links.id}, ${links.clientId}, ${links.expiresAt}`);
+      await enqueue(
+        tx,
+        rows.map((row) =>
+          newEvent(now, {
+            linkId: row.id,
+            clientId: row.client_id,
+            payload: { case: "linkExpired", value: { expiredAt: timestampFromDate(new Date(row.expires_at)) } },
+          }),
+        ),
+        now,
+      );
+      return rows.length;
+    });
+    if (expired > 0) opts.onEventsCommitted?.();
+    return expired;
+  }
+
+  /** Sweeps until nothing is due, and drops idempotency keys past their 24 hours. */
+  async function sweep(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const n = await sweepBatch();
+      total += n;
+      if (n < batchSize || stopped) break;
+    }
+    await deleteExpiredKeys(db, clock.now());
+    return total;
+  }
+
+  function schedule() {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      running = sweep()
+        .then((n) => n > 0 && logger.debug({ expired: n }, "swept expired links"))
+        .catch((err: unknown) => logger.error({ err }, "expiry sweep failed"))
+        .finally(schedule);
+    }, intervalMs);
+  }
+
+  return {
+    sweep,
+    start: schedule,
+    async close() {
+      stopped = true;
+      clearTimeout(timer);
+      await running;
+    },
+  };
+}
