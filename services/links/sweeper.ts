@@ -37,7 +37,7 @@ export function createSweeper(opts: SweeperOptions) {
       const rows = await tx.execute<{ id: string; client_id: string; expires_at: string }>(sql`
         WITH due AS (
           SELECT ${links.id} FROM ${links}
-          WHERE ${links.status} = 'created' AND ${links.expiresAt} <= ${now}
+          WHERE ${links.status} = 'created' AND ${links.expiresAt} <= ${now.toISOString()}::timestamptz
           ORDER BY ${links.expiresAt}
           LIMIT ${batchSize}
           FOR UPDATE SKIP LOCKED

