@@ -14,7 +14,7 @@ import {
   LinkType,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
-import { currencyDigits, fromMinorUnits, toMinorUnits } from "../services/shared/money.js";
+import { currencyDigits, fromMinorUnits, isKnownCurrency, toMinorUnits } from "../services/shared/money.js";
 import { badRequest } from "./errors.js";
 
 type Json = Record<string, unknown>;
@@ -56,10 +56,13 @@ export function string(value: unknown, path: string): string | undefined {
   return value;
 }
 
-/** A JSON integer, clamped to int32 so the service's range check answers for it. */
-export function integer(value: unknown, path: string): number | undefined {
+/**
+ * A JSON integer, clamped to int32 so the service's range check answers for
+ * it. `message` lets a ranged field refuse "3600" with the same words as 59.
+ */
+export function integer(value: unknown, path: string, message = `${path} must be an integer`): number | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value)) throw badRequest(`${path} must be an integer`);
+  if (typeof value !== "number" || !Number.isInteger(value)) throw badRequest(message);
   return Math.max(-INT32_MAX - 1, Math.min(INT32_MAX, value));
 }
 
@@ -74,10 +77,13 @@ function array(value: unknown, path: string, empty: string): unknown[] | undefin
 function money(value: unknown, path: string, currency: string): bigint {
   if (value === undefined) throw badRequest(`${path} is required`);
   if (typeof value !== "number" || !Number.isFinite(value)) throw badRequest(`${path} must be a number`);
+  // An unknown currency has no precision to check; the LinkService refuses
+  // the currency itself before it looks at any amount.
+  if (!isKnownCurrency(currency)) return 0n;
   const digits = currencyDigits(currency);
   const minor = toMinorUnits(value, digits);
   if (minor === undefined) {
-    throw badRequest(`${path} must have at most ${digits} decimal places for ${currency || "its currency"}`);
+    throw badRequest(`${path} must have at most ${digits} decimal places for ${currency}`);
   }
   return minor > INT64_MAX ? INT64_MAX : minor < -INT64_MAX ? -INT64_MAX : minor;
 }
@@ -99,7 +105,7 @@ export function createLinkRequestFromJson(body: unknown, idempotencyKey: string 
   const json = fields(body, "", LINK_FIELDS);
   return create(CreateLinkRequestSchema, {
     type: json.type === "payment" ? LinkType.PAYMENT : LinkType.UNSPECIFIED,
-    expiresIn: integer(json.expires_in, "expires_in"),
+    expiresIn: integer(json.expires_in, "expires_in", "expires_in must be an integer from 60 to 86400"),
     data: json.data === undefined ? undefined : linkDataFromJson(json.data),
     metadata: metadataFromJson(json.metadata),
     idempotencyKey,
@@ -128,7 +134,7 @@ function linkDataFromJson(value: unknown): MessageInitShape<typeof LinkDataSchem
       return {
         name: string(item.name, `${at}.name`) ?? "",
         description: string(item.description, `${at}.description`),
-        quantity: integer(item.quantity, `${at}.quantity`) ?? 0,
+        quantity: integer(item.quantity, `${at}.quantity`, `${at}.quantity must be an integer from 1 to 10000`) ?? 0,
         amount: money(item.amount, `${at}.amount`, currency),
       };
     }),

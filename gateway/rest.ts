@@ -23,6 +23,9 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
   app.register(
     async (v1) => {
+      // Fastify parses text/plain by default; the contract takes JSON only (415).
+      v1.removeContentTypeParser("text/plain");
+
       // Check 1 of the contract, before the body is read or parsed.
       v1.addHook("onRequest", async (req) => {
         const clientId = req.headers["client-id"];

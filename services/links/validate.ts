@@ -54,7 +54,7 @@ function validateData(data: LinkData): LinkData {
   data.items.forEach((item, i) => {
     const at = `data.items[${i}]`;
     text(`${at}.name`, item.name, 1, 200, true);
-    if (item.description !== undefined) text(`${at}.description`, item.description, 0, 1000);
+    optionalText(`${at}.description`, item.description, 1000);
     if (!Number.isInteger(item.quantity) || item.quantity < 1 || item.quantity > 10_000) {
       throw invalid(`${at}.quantity must be an integer from 1 to 10000`);
     }
@@ -98,7 +98,9 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
   const keys = Object.keys(metadata);
   if (keys.length > 50) throw invalid("metadata must have at most 50 keys");
   for (const key of keys) {
-    if (length(key) < 1 || length(key) > 40) throw invalid(`metadata keys must be 1 to 40 characters: "${key.slice(0, 60)}"`);
+    if (length(key) < 1 || length(key) > 40) {
+      throw invalid(`metadata key ${JSON.stringify(key.slice(0, 60))} must be 1 to 40 characters`);
+    }
     const value = metadata[key]!;
     if (key === "webhook") httpUrl("metadata.webhook", value);
     else if (length(value) > 500) throw invalid(`metadata.${key} must be at most 500 characters`);
