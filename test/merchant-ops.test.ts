@@ -1,0 +1,340 @@
+// Issue 5 over real sockets: list, early expiry, idempotent create, and the
+// expiry sweeper. Time moves by the injected clock, never by sleeping.
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { sql } from "drizzle-orm";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  CreateLinkRequestSchema,
+  LinkService,
+  LinkStatus,
+  LinkType,
+  PaymentMethod,
+} from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createSweeper } from "../services/links/sweeper.js";
+import { createDatabase } from "./support/database.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.close());
+
+const uniqueClient = () => `client-${Math.random().toString(36).slice(2)}`;
+const createLink = async (clientId: string, overrides: Record<string, unknown> = {}) => {
+  const res = await api(stack, "POST", "/v1/links", { clientId, body: validLink(overrides) });
+  expect(res.status, res.text).toBe(201);
+  return res.body;
+};
+const grpc = () => createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+
+describe("GET /v1/links", () => {
+  it("lists only the caller's links, newest first, with cursor pagination", async () => {
+    const me = uniqueClient();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push((await createLink(me)).id);
+    await createLink(uniqueClient());
+
+    const first = await api(stack, "GET", "/v1/links?limit=2", { clientId: me });
+    expect(first.status).toBe(200);
+    expect(first.body.data.map((l: { id: string }) => l.id)).toEqual([ids[4], ids[3]]);
+    expect(first.body.has_more).toBe(true);
+
+    const second = await api(stack, "GET", `/v1/links?limit=2&starting_after=${ids[3]}`, { clientId: me });
+    expect(second.body.data.map((l: { id: string }) => l.id)).toEqual([ids[2], ids[1]]);
+    expect(second.body.has_more).toBe(true);
+
+    const last = await api(stack, "GET", `/v1/links?limit=2&starting_after=${ids[1]}`, { clientId: me });
+    expect(last.body.data.map((l: { id: string }) => l.id)).toEqual([ids[0]]);
+    expect(last.body.has_more).toBe(false);
+
+    const all = await api(stack, "GET", "/v1/links", { clientId: me });
+    expect(all.body.data).toHaveLength(5);
+    expect(all.body.data.every((l: { client_id: string }) => l.client_id === me)).toBe(true);
+  });
+
+  it("filters by status as of now, used and expired included", async () => {
+    const me = uniqueClient();
+    const live = await createLink(me, { expires_in: 3600 });
+    const soon = await createLink(me, { expires_in: 60 });
+    const paid = await createLink(me, { expires_in: 3600 });
+    await grpc().completePayment({ linkId: paid.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
+    stack.clock.advance(61_000);
+
+    const ids = async (status: string) =>
+      (await api(stack, "GET", `/v1/links?status=${status}`, { clientId: me })).body.data.map(
+        (l: { id: string; status: string }) => [l.id, l.status],
+      );
+    expect(await ids("created")).toEqual([[live.id, "created"]]);
+    expect(await ids("used")).toEqual([[paid.id, "used"]]);
+    expect(await ids("expired")).toEqual([[soon.id, "expired"]]);
+  });
+
+  it.each([
+    ["limit=0", "limit must be an integer from 1 to 100"],
+    ["limit=101", "limit must be an integer from 1 to 100"],
+    ["limit=abc", "limit must be an integer from 1 to 100"],
+    ["limit=1.5", "limit must be an integer from 1 to 100"],
+    ["status=paid", "status must be one of created, used, expired"],
+    ["starting_after=nope", "starting_after must be a link id"],
+    ["limit=1&limit=2", "limit must be given once"],
+    ["sort=asc", "Unknown field query.sort"],
+  ])("answers 400 for %s", async (query, message) => {
+    const res = await api(stack, "GET", `/v1/links?${query}`);
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ error: message });
+  });
+
+  it("accepts the limits 1 and 100", async () => {
+    for (const limit of [1, 100]) {
+      expect((await api(stack, "GET", `/v1/links?limit=${limit}`)).status).toBe(200);
+    }
+  });
+
+  it("is served by the (client_id, id) index", async () => {
+    const plan = await stack.db.execute<{ "QUERY PLAN": string }>(
+      sql`EXPLAIN SELECT * FROM links WHERE client_id = 'x' ORDER BY id DESC LIMIT 21`,
+    );
+    expect(plan.map((r) => r["QUERY PLAN"]).join("\n")).toContain("links_client_id_id_idx");
+  });
+
+  it("answers over gRPC too", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    const res = await grpc().listLinks({ limit: 10 }, { headers: { "client-id": me } });
+    expect(res.links.map((l) => l.id)).toEqual([link.id]);
+    expect(res.hasMore).toBe(false);
+  });
+});
+
+describe("POST /v1/links/{id}/expire", () => {
+  it("ends a created link now; checkout and pay answer 410 from then on", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    stack.clock.advance(5_000);
+    const res = await api(stack, "POST", `/v1/links/${link.id}/expire`, { clientId: me });
+    expect(res.status).toBe(200);
+    const now = stack.clock.now().toISOString();
+    expect(res.body).toMatchObject({ id: link.id, status: "expired", expires_at: now, updated_at: now });
+    expect(res.body.created_at).toBe(link.created_at);
+
+    expect((await api(stack, "GET", `/v1/links/${link.id}`, { clientId: me })).status).toBe(410);
+    await expect(
+      grpc().completePayment({ linkId: link.id, paymentMethod: PaymentMethod.BANK_TRANSFER }),
+    ).rejects.toMatchObject({ code: Code.FailedPrecondition, rawMessage: "Link has expired" });
+    const checkout = await grpc().getCheckout({ linkId: link.id });
+    expect(checkout.checkout?.status).toBe(LinkStatus.EXPIRED);
+  });
+
+  it.each([
+    ["already expired", 410, "Link has expired"],
+    ["used", 409, "Link has already been used"],
+    ["another client's", 403, "Unauthorized access"],
+    ["unknown", 404, "Link not found"],
+  ])("answers %s links with %i", async (kind, status, message) => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    let id = link.id;
+    let caller = me;
+    if (kind === "already expired") await api(stack, "POST", `/v1/links/${id}/expire`, { clientId: me });
+    if (kind === "used") await grpc().completePayment({ linkId: id, paymentMethod: PaymentMethod.BANK_TRANSFER });
+    if (kind === "another client's") caller = uniqueClient();
+    if (kind === "unknown") id = "lnk-00000000-0000-7000-8000-000000000000";
+    const res = await api(stack, "POST", `/v1/links/${id}/expire`, { clientId: caller });
+    expect(res.status).toBe(status);
+    expect(res.body).toEqual({ error: message });
+  });
+
+  it("answers a link past expires_at with 410 before the sweeper has run", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me, { expires_in: 60 });
+    stack.clock.advance(60_000);
+    const res = await api(stack, "POST", `/v1/links/${link.id}/expire`, { clientId: me });
+    expect(res.status).toBe(410);
+  });
+
+  it("is an RPC too", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    const res = await grpc().expireLink({ id: link.id }, { headers: { "client-id": me } });
+    expect(res.link?.status).toBe(LinkStatus.EXPIRED);
+  });
+});
+
+describe("Idempotency-Key", () => {
+  const post = (clientId: string, key: string, body: unknown) =>
+    api(stack, "POST", "/v1/links", { clientId, body, headers: { "idempotency-key": key } });
+
+  it("replays the first answer for the same key and body", async () => {
+    const me = uniqueClient();
+    const first = await post(me, "order-1", validLink());
+    expect(first.status).toBe(201);
+    expect(first.headers.get("idempotent-replayed")).toBeNull();
+    stack.clock.advance(1000);
+    const again = await post(me, "order-1", validLink());
+    expect(again.status).toBe(201);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.headers.get("location")).toBe(first.headers.get("location"));
+    expect(again.body).toEqual(first.body);
+  });
+
+  it("treats the same JSON with keys in another order as the same request", async () => {
+    const me = uniqueClient();
+    const body = validLink({ metadata: { a: "1", b: "2" } });
+    const reordered = { metadata: { b: "2", a: "1" }, data: body.data, type: "payment" };
+    const first = await post(me, "k", body);
+    const again = await post(me, "k", reordered);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body.id).toBe(first.body.id);
+  });
+
+  it("answers 422 for the same key with a different body", async () => {
+    const me = uniqueClient();
+    await post(me, "order-2", validLink());
+    const other = await post(me, "order-2", validLink({ expires_in: 600 }));
+    expect(other.status).toBe(422);
+    expect(other.body).toEqual({ error: "Idempotency-Key was already used with a different request" });
+  });
+
+  it("answers 409 while the first request with the key is in flight", async () => {
+    const me = uniqueClient();
+    // A first request that has claimed its key and not yet answered.
+    await post(me, "warm-up", validLink());
+    await stack.db.execute(sql`
+      INSERT INTO idempotency_keys (client_id, key, request_hash, created_at)
+      SELECT client_id, 'in-flight', request_hash, ${stack.clock.now().toISOString()}::timestamptz
+      FROM idempotency_keys WHERE client_id = ${me} AND key = 'warm-up'`);
+    const res = await post(me, "in-flight", validLink());
+    expect(res.status).toBe(409);
+    expect(res.body).toEqual({ error: "A request with this Idempotency-Key is in progress" });
+  });
+
+  it("keeps keys per client", async () => {
+    const [a, b] = [uniqueClient(), uniqueClient()];
+    const first = await post(a, "shared", validLink());
+    const second = await post(b, "shared", validLink());
+    expect(second.status).toBe(201);
+    expect(second.headers.get("idempotent-replayed")).toBeNull();
+    expect(second.body.id).not.toBe(first.body.id);
+  });
+
+  it("creates exactly one link for ten concurrent requests with one key", async () => {
+    const me = uniqueClient();
+    const answers = await Promise.all(Array.from({ length: 10 }, () => post(me, "burst", validLink())));
+    const created = answers.filter((a) => a.status === 201);
+    expect(created.length).toBeGreaterThanOrEqual(1);
+    for (const a of answers) expect([201, 409]).toContain(a.status);
+    expect(new Set(created.map((a) => a.body.id)).size).toBe(1);
+    const rows = await stack.db.execute(sql`SELECT id FROM links WHERE client_id = ${me}`);
+    expect(rows).toHaveLength(1);
+  });
+
+  it("forgets a key after 24 hours", async () => {
+    const me = uniqueClient();
+    const first = await post(me, "daily", validLink());
+    stack.clock.advance(24 * 3_600_000);
+    const later = await post(me, "daily", validLink());
+    expect(later.status).toBe(201);
+    expect(later.headers.get("idempotent-replayed")).toBeNull();
+    expect(later.body.id).not.toBe(first.body.id);
+  });
+
+  it("does not keep a failed request's key", async () => {
+    const me = uniqueClient();
+    const bad = await post(me, "retry-me", validLink({ expires_in: 5 }));
+    expect(bad.status).toBe(400);
+    const good = await post(me, "retry-me", validLink());
+    expect(good.status).toBe(201);
+  });
+
+  it.each([
+    ["", "Idempotency-Key must be 1 to 255 characters"],
+    ["x".repeat(256), "Idempotency-Key must be 1 to 255 characters"],
+  ])("refuses the key %#", async (key, message) => {
+    const res = await post(uniqueClient(), key, validLink());
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ error: message });
+  });
+
+  it("works over gRPC through the idempotency_key field", async () => {
+    const me = uniqueClient();
+    const req = create(CreateLinkRequestSchema, {
+      type: LinkType.PAYMENT,
+      data: { amount: { value: 1000n, currency: "EUR" }, description: "gRPC" },
+      idempotencyKey: "grpc-1",
+    });
+    const client = grpc();
+    const first = await client.createLink(req, { headers: { "client-id": me } });
+    const again = await client.createLink(req, { headers: { "client-id": me } });
+    expect(first.replayed).toBe(false);
+    expect(again.replayed).toBe(true);
+    expect(again.link?.id).toBe(first.link?.id);
+    const changed = create(CreateLinkRequestSchema, { ...req, expiresIn: 120 });
+    const err = await client.createLink(changed, { headers: { "client-id": me } }).catch((e: unknown) => e);
+    expect(ConnectError.from(err).code).toBe(Code.FailedPrecondition);
+  });
+});
+
+describe("expiry sweeper", () => {
+  // Its own database: a sweep expires every due link in the table, and other
+  // test files share the run's database.
+  let database: Awaited<ReturnType<typeof createDatabase>>;
+  let own: Stack;
+  beforeAll(async () => {
+    database = await createDatabase("paylink_sweep");
+    own = await startStack({ databaseUrl: database.url });
+  });
+  afterAll(async () => {
+    await own?.close();
+    await database?.drop();
+  });
+
+  it("records due links as expired in batches and emits link.expired events", async () => {
+    const me = uniqueClient();
+    const make = async (expires_in: number) =>
+      (await api(own, "POST", "/v1/links", { clientId: me, body: validLink({ expires_in }) })).body;
+    const due = await Promise.all(Array.from({ length: 5 }, () => make(60)));
+    const live = await make(3600);
+    own.clock.advance(60_000);
+
+    const sweeper = createSweeper({ db: own.db, clock: own.clock, logger: pino({ level: "silent" }), batchSize: 2 });
+    expect(await sweeper.sweep()).toBe(5);
+    expect(await sweeper.sweep()).toBe(0);
+
+    const rows = await own.db.execute<{ id: string; status: string; updated_at: string; expires_at: string }>(
+      sql`SELECT id, status, updated_at::text, expires_at::text FROM links WHERE client_id = ${me}`,
+    );
+    for (const row of rows) {
+      expect(row.status).toBe(row.id === live.id ? "created" : "expired");
+      if (row.id !== live.id) expect(row.updated_at).toBe(row.expires_at);
+    }
+    const events = await own.db.execute<{ n: number }>(
+      sql`SELECT count(*)::int AS n FROM outbox WHERE subject = 'paylink.events.link.expired'`,
+    );
+    expect(events[0]!.n).toBe(due.length);
+
+    // What a read showed before the sweep, it shows after.
+    const after = await api(own, "GET", `/v1/links?status=expired`, { clientId: me });
+    expect(after.body.data).toHaveLength(5);
+  });
+
+  it("uses the partial index on expires_at", async () => {
+    const plan = await own.db.execute<{ "QUERY PLAN": string }>(sql`
+      EXPLAIN SELECT id FROM links WHERE status = 'created' AND expires_at <= now()
+      ORDER BY expires_at LIMIT 1000 FOR UPDATE SKIP LOCKED`);
+    expect(plan.map((r) => r["QUERY PLAN"]).join("\n")).toContain("links_created_expires_at_idx");
+  });
+
+  it("drops idempotency keys older than 24 hours", async () => {
+    const me = uniqueClient();
+    await api(own, "POST", "/v1/links", { clientId: me, body: validLink(), headers: { "idempotency-key": "old" } });
+    own.clock.advance(24 * 3_600_000);
+    const sweeper = createSweeper({ db: own.db, clock: own.clock, logger: pino({ level: "silent" }) });
+    await sweeper.sweep();
+    const keys = await own.db.execute(sql`SELECT key FROM idempotency_keys WHERE client_id = ${me}`);
+    expect(keys).toHaveLength(0);
+  });
+});
