@@ -67,40 +67,50 @@ export function createPayments(deps: PaymentsDeps): Payments {
       if (!auth.approved) throw cardDeclined();
 
       const paymentId = `pay-${uuidv7()}`;
-      const won = await db.transaction(async (tx) => {
-        const now = clock.now();
-        const used = await store.markUsed(tx, row.id, now);
-        if (!used) return false;
-        await tx.insert(payments).values({
-          id: paymentId,
-          linkId: row.id,
-          transactionId: auth.transactionId,
-          amountValue: amount.value,
-          currency: amount.currency,
-          method,
-          cardBrand: card ? cardBrand(card.number) : null,
-          cardLast4: card ? card.number.slice(-4) : null,
-          createdAt: now,
-        });
-        const event = newEvent(now, {
-          linkId: row.id,
-          clientId: row.clientId,
-          payload: {
-            case: "paymentCompleted",
-            value: {
-              paymentId,
-              transactionId: auth.transactionId,
-              webhookUrl: row.metadata.webhook ?? "",
-              apiKey: row.metadata.api_key ?? "",
+      let won: boolean;
+      try {
+        won = await db.transaction(async (tx) => {
+          const now = clock.now();
+          const used = await store.markUsed(tx, row.id, now);
+          if (!used) return false;
+          await tx.insert(payments).values({
+            id: paymentId,
+            linkId: row.id,
+            transactionId: auth.transactionId,
+            amountValue: amount.value,
+            currency: amount.currency,
+            method,
+            cardBrand: card ? cardBrand(card.number) : null,
+            cardLast4: card ? card.number.slice(-4) : null,
+            createdAt: now,
+          });
+          const event = newEvent(now, {
+            linkId: row.id,
+            clientId: row.clientId,
+            payload: {
+              case: "paymentCompleted",
+              value: {
+                paymentId,
+                transactionId: auth.transactionId,
+                webhookUrl: row.metadata.webhook ?? "",
+                apiKey: row.metadata.api_key ?? "",
+              },
             },
-          },
+          });
+          await enqueue(tx, [event], now);
+          return true;
         });
-        await enqueue(tx, [event], now);
-        return true;
-      });
+      } catch (err) {
+        // Whatever failed, this attempt did not take the link: release the
+        // hold before answering. The unique key on payments.link_id is the
+        // last line of defence if two attempts ever got past markUsed.
+        await voidQuietly(processor, auth.authorizationId, deps.logger);
+        if (isUniqueViolation(err)) throw linkUsed();
+        throw err;
+      }
 
       if (!won) {
-        await processor.void(auth.authorizationId);
+        await voidQuietly(processor, auth.authorizationId, deps.logger);
         const current = (await store.findLink(db, row.id))!;
         refuseUnpayable(current, clock.now());
         throw linkExpired(); // not reached: a link that could not be used is used or expired
@@ -126,4 +136,24 @@ function withIds(redirectUrl: string, linkId: string, paymentId: string): string
   url.searchParams.set("link_id", linkId);
   url.searchParams.set("payment_id", paymentId);
   return url.toString();
+}
+
+/**
+ * A void that fails must not turn a clean 409 into a 500: the hold lapses at
+ * the processor on its own, and the log tells operations to release it now.
+ */
+async function voidQuietly(processor: PaymentProcessor, authorizationId: string, logger: Logger): Promise<void> {
+  try {
+    await processor.void(authorizationId);
+  } catch (err) {
+    logger.error({ err, authorizationId }, "void failed for an attempt that did not use the link");
+  }
+}
+
+/** Postgres unique_violation, directly or wrapped by Drizzle. */
+function isUniqueViolation(err: unknown): boolean {
+  for (let e: unknown = err; e; e = (e as { cause?: unknown }).cause) {
+    if ((e as { code?: unknown }).code === "23505") return true;
+  }
+  return false;
 }

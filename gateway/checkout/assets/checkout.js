@@ -1,0 +1,174 @@
+// The checkout form's behaviour. Plain browser JavaScript, inlined into the
+// page under a CSP hash, so it must not depend on anything external. The
+// server checks everything again; these checks only save a round trip.
+(function () {
+  "use strict";
+  var form = document.getElementById("pay-form");
+  if (!form) return;
+  var status = document.getElementById("status");
+  var button = document.getElementById("pay-button");
+  var cardFields = document.getElementById("card-fields");
+  var bankFields = document.getElementById("bank-fields");
+  var success = document.getElementById("success");
+  var number = document.getElementById("card-number");
+  var expiry = document.getElementById("card-expiry");
+  var cvc = document.getElementById("card-cvc");
+  var name = document.getElementById("card-name");
+  var payLabel = button.textContent;
+  // Relative to the page, so a CHECKOUT_BASE_URL with a path prefix works.
+  var payUrl = location.pathname.replace(/\/+$/, "") + "/pay";
+  var busy = false;
+
+  function method() {
+    var input = form.elements.namedItem("payment_method");
+    return input ? input.value : "card";
+  }
+
+  function showMethod() {
+    var card = method() === "card";
+    if (cardFields) {
+      cardFields.hidden = !card;
+      cardFields.querySelectorAll("input").forEach(function (i) { i.disabled = !card; });
+    }
+    if (bankFields) bankFields.hidden = card;
+  }
+
+  function announce(message, kind) {
+    status.className = "status " + (kind || "");
+    status.textContent = message;
+  }
+
+  function setError(input, message) {
+    var box = document.getElementById(input.id + "-error");
+    input.setAttribute("aria-invalid", message ? "true" : "false");
+    box.textContent = message || "";
+    box.hidden = !message;
+  }
+
+  function digitsOf(text) {
+    return text.replace(/[\s-]/g, "");
+  }
+
+  function luhn(digits) {
+    var sum = 0;
+    for (var i = 0; i < digits.length; i++) {
+      var d = digits.charCodeAt(digits.length - 1 - i) - 48;
+      if (i % 2 === 1) { d *= 2; if (d > 9) d -= 9; }
+      sum += d;
+    }
+    return sum % 10 === 0;
+  }
+
+  // "MM/YY", "MM / YY", "MMYY" or "MM/YYYY".
+  function parseExpiry(text) {
+    var m = /^\s*(\d{1,2})\s*[\/-]?\s*(\d{2}|\d{4})\s*$/.exec(text);
+    if (!m) return null;
+    var month = Number(m[1]);
+    var year = Number(m[2]);
+    if (year < 100) year += 2000;
+    if (month < 1 || month > 12) return null;
+    return { month: month, year: year };
+  }
+
+  // Every problem at once, each next to its field; the first is announced.
+  function checkCard() {
+    var problems = [];
+    var digits = digitsOf(number.value);
+    var numberError = !digits ? "Enter your card number." :
+      !/^\d{12,19}$/.test(digits) || !luhn(digits) ? "This card number is not valid. Check it and try again." : "";
+    var exp = parseExpiry(expiry.value);
+    var now = new Date();
+    var expiryError = !expiry.value.trim() ? "Enter the expiry date." :
+      !exp ? "Enter the expiry date as MM/YY." :
+      exp.year * 12 + exp.month < now.getFullYear() * 12 + now.getMonth() + 1 ? "This card has expired." : "";
+    var cvcError = /^\d{3,4}$/.test(cvc.value.trim()) ? "" : "Enter the 3 or 4 digit security code.";
+    [[number, numberError], [expiry, expiryError], [cvc, cvcError]].forEach(function (pair) {
+      setError(pair[0], pair[1]);
+      if (pair[1]) problems.push(pair);
+    });
+    return problems;
+  }
+
+  function finish(message, kind) {
+    busy = false;
+    form.removeAttribute("aria-busy");
+    button.disabled = false;
+    button.textContent = payLabel;
+    announce(message, kind);
+  }
+
+  function succeed(result) {
+    var target = typeof result.redirect_url === "string" ? result.redirect_url : "";
+    if (/^https?:\/\//i.test(target)) {
+      announce("Payment successful. Taking you back to the merchant\u2026", "success");
+      location.assign(target);
+      return;
+    }
+    form.hidden = true;
+    document.getElementById("payment-id").textContent = result.payment_id || "";
+    success.hidden = false;
+    success.focus();
+  }
+
+  number.addEventListener("input", function () {
+    // Group digits in fours as people read them, only while typing at the end.
+    if (number.selectionStart !== number.value.length) return;
+    var digits = number.value.replace(/\D/g, "").slice(0, 19);
+    number.value = digits.replace(/(\d{4})(?=\d)/g, "$1 ");
+  });
+  expiry.addEventListener("blur", function () {
+    var exp = parseExpiry(expiry.value);
+    if (exp) expiry.value = (exp.month < 10 ? "0" : "") + exp.month + " / " + String(exp.year).slice(-2);
+  });
+  form.addEventListener("change", function (event) {
+    if (event.target && event.target.name === "payment_method") showMethod();
+  });
+
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    if (busy) return;
+    var body = { payment_method: method() };
+    if (body.payment_method === "card") {
+      var problems = checkCard();
+      if (problems.length) {
+        announce(problems[0][1], "error");
+        problems[0][0].focus();
+        return;
+      }
+      var exp = parseExpiry(expiry.value);
+      body.card = { number: digitsOf(number.value), exp_month: exp.month, exp_year: exp.year, cvc: cvc.value.trim() };
+      if (name.value.trim()) body.card.name = name.value.trim();
+    }
+    busy = true;
+    form.setAttribute("aria-busy", "true");
+    button.disabled = true;
+    button.textContent = "Processing\u2026";
+    announce("Processing your payment\u2026", "info");
+    fetch(payUrl, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json" },
+      body: JSON.stringify(body),
+      credentials: "same-origin",
+      cache: "no-store",
+    }).then(function (res) {
+      return res.json().catch(function () { return {}; }).then(function (data) {
+        if (res.ok) return succeed(data);
+        var message = data && typeof data.error === "string" ? data.error : "Something went wrong. Please try again.";
+        if (res.status === 402) {
+          finish(message + ". Try again with another card or payment method.", "error");
+          if (number && !number.disabled) number.focus();
+        } else if (res.status === 404 || res.status === 409 || res.status === 410) {
+          // The link can no longer be paid: retrying cannot help.
+          finish(message + ".", "error");
+          button.disabled = true;
+        } else {
+          finish(message.replace(/\.?$/, "."), "error");
+        }
+      });
+    }, function () {
+      finish("We could not reach the payment service. Check your connection and try again.", "error");
+    });
+  });
+
+  showMethod();
+})();

@@ -1,0 +1,121 @@
+// The payment form for a payable link. Everything shown comes from the
+// customer's view of the link (GetCheckout), which carries no metadata and
+// no client id, so the page cannot show them by mistake.
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { type Checkout, type LinkData, PaymentMethod } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { formatExpiry, formatMoney } from "./format.js";
+import { type Html, html } from "./html.js";
+import { documentOf } from "./layout.js";
+
+export interface PageOptions {
+  /** The test environment says so on the page, with a card that works. */
+  testMode: boolean;
+}
+
+const ALL_METHODS = [PaymentMethod.CARD, PaymentMethod.BANK_TRANSFER];
+const METHOD_LABELS: Record<number, { value: string; label: string }> = {
+  [PaymentMethod.CARD]: { value: "card", label: "Card" },
+  [PaymentMethod.BANK_TRANSFER]: { value: "bank_transfer", label: "Bank transfer" },
+};
+
+export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
+  const merchant = data?.merchantName?.trim() || "Payment request";
+  return html`<header class="merchant">
+  <span class="avatar" aria-hidden="true">${merchant.charAt(0).toUpperCase()}</span>
+  <div class="merchant-text"><p class="eyebrow">${eyebrow}</p><h1>${merchant}</h1></div>
+  ${testMode ? html`<span class="badge">Test mode</span>` : ""}
+</header>`;
+}
+
+export function checkoutPage(checkout: Checkout, opts: PageOptions): string {
+  const data = checkout.data!;
+  const currency = data.amount!.currency;
+  const total = formatMoney(data.amount!.value, currency);
+  const money = (minor: bigint) => formatMoney(minor, currency);
+  const methods = data.allowedPaymentMethods.length > 0 ? ALL_METHODS.filter((m) => data.allowedPaymentMethods.includes(m)) : ALL_METHODS;
+  const offersCard = methods.includes(PaymentMethod.CARD);
+  const customer = data.customer;
+  const cancelUrl = data.cancelUrl && /^https?:\/\//i.test(data.cancelUrl) ? data.cancelUrl : undefined;
+  const expiresAt = checkout.expiresAt ? formatExpiry(timestampDate(checkout.expiresAt)) : undefined;
+
+  const items = data.items.length
+    ? html`<ul class="items" aria-label="Items">
+${data.items.map(
+  (item) => html`<li><div class="item-main"><span class="item-name">${item.name}</span>${
+    item.description ? html`<span class="item-desc">${item.description}</span>` : ""
+  }<span class="item-meta">${item.quantity} × ${money(item.amount)}</span></div><span class="item-total">${money(
+    BigInt(item.quantity) * item.amount,
+  )}</span></li>
+`,
+)}</ul>
+<dl class="total"><dt>Total due</dt><dd>${total}</dd></dl>`
+    : "";
+
+  const customerLines = [customer?.name, customer?.email, customer?.phone].filter((v): v is string => !!v);
+  const billed = customerLines.length
+    ? html`<div class="billed"><p class="label">Billed to</p>${customerLines.map((line) => html`<p>${line}</p>`)}</div>`
+    : "";
+
+  // One method needs no choice; the hidden input still tells the script which.
+  const methodChoice =
+    methods.length > 1
+      ? html`<fieldset><legend>Payment method</legend><div class="methods">${methods.map(
+          (m, i) => html`<div class="method"><input type="radio" id="method-${METHOD_LABELS[m]!.value}" name="payment_method" value="${
+            METHOD_LABELS[m]!.value
+          }"${i === 0 ? html` checked` : ""}><label for="method-${METHOD_LABELS[m]!.value}">${METHOD_LABELS[m]!.label}</label></div>`,
+        )}</div></fieldset>`
+      : html`<input type="hidden" name="payment_method" value="${METHOD_LABELS[methods[0]!]!.value}">`;
+
+  const cardFields = offersCard
+    ? html`<div id="card-fields">
+  <div class="field"><label for="card-number">Card number</label>
+    <input type="text" id="card-number" inputmode="numeric" autocomplete="cc-number" spellcheck="false" maxlength="23" placeholder="1234 1234 1234 1234" aria-describedby="card-number-error" required>
+    <p class="field-error" id="card-number-error" hidden></p></div>
+  <div class="row">
+    <div class="field"><label for="card-expiry">Expiry date <span class="hint">(MM/YY)</span></label>
+      <input type="text" id="card-expiry" inputmode="numeric" autocomplete="cc-exp" spellcheck="false" maxlength="9" placeholder="MM / YY" aria-describedby="card-expiry-error" required>
+      <p class="field-error" id="card-expiry-error" hidden></p></div>
+    <div class="field"><label for="card-cvc">Security code (CVC)</label>
+      <input type="text" id="card-cvc" inputmode="numeric" autocomplete="cc-csc" spellcheck="false" maxlength="4" placeholder="123" aria-describedby="card-cvc-error" required>
+      <p class="field-error" id="card-cvc-error" hidden></p></div>
+  </div>
+  <div class="field"><label for="card-name">Name on card</label>
+    <input type="text" id="card-name" autocomplete="cc-name" maxlength="200" value="${customer?.name ?? ""}"></div>
+  ${opts.testMode ? html`<p class="note">Test mode: use card 4242 4242 4242 4242 with any future date and any CVC. No money moves.</p>` : ""}
+</div>`
+    : "";
+  const bankFields = methods.includes(PaymentMethod.BANK_TRANSFER)
+    ? html`<div id="bank-fields"${offersCard ? html` hidden` : ""}><p class="note">You will pay ${total} by bank transfer from your bank account.</p></div>`
+    : "";
+
+  const body = html`<main class="shell">
+${merchantHeader(data, opts.testMode, "Payment to")}
+<section class="panel" aria-label="Order summary">
+  <p class="amount">${total}</p>
+  ${data.description ? html`<p class="description">${data.description}</p>` : ""}
+  ${items}
+  ${billed}
+</section>
+<section class="panel" aria-label="Payment">
+  <form id="pay-form" novalidate>
+    ${methodChoice}
+    ${cardFields}
+    ${bankFields}
+    <div id="status" class="status" role="status" aria-live="assertive" aria-atomic="true"></div>
+    <button type="submit" id="pay-button" class="button pay">Pay ${total}</button>
+    ${cancelUrl ? html`<a class="button secondary" href="${cancelUrl}">Cancel and return to ${data.merchantName?.trim() || "the merchant"}</a>` : ""}
+  </form>
+  <div id="success" class="done" tabindex="-1" hidden>
+    <div class="icon ok" aria-hidden="true">✓</div>
+    <h2>Payment complete</h2>
+    <p>You paid ${total}${data.merchantName ? html` to ${data.merchantName}` : ""}. You can close this page.</p>
+    <p class="mono">Payment <span id="payment-id"></span></p>
+  </div>
+</section>
+<footer class="footer">
+  <p>Your card details are sent securely and are never stored.</p>
+  ${expiresAt ? html`<p>This payment link expires ${expiresAt}.</p>` : ""}
+</footer>
+</main>`;
+  return documentOf(`Pay ${total}${data.merchantName ? ` to ${data.merchantName}` : ""}`, body, { script: true });
+}

@@ -1,0 +1,53 @@
+// Pages for a link that cannot be paid, each saying plainly what happened
+// and what the customer can do about it.
+import type { LinkData } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { html } from "./html.js";
+import { documentOf } from "./layout.js";
+import { merchantHeader } from "./page.js";
+
+type Outcome = { title: string; message: string; icon: "ok" | "warn" | "gone"; mark: string };
+
+const OUTCOMES: Record<number, Outcome> = {
+  404: {
+    title: "Payment link not found",
+    message: "We could not find this payment link. Check that you opened the whole link you were sent, or ask the merchant for a new one.",
+    icon: "gone",
+    mark: "?",
+  },
+  409: {
+    title: "This payment link has already been used",
+    message: "A payment has already been made with this link, so it cannot be used again. If you were not expecting this, contact the merchant.",
+    icon: "ok",
+    mark: "✓",
+  },
+  410: {
+    title: "This payment link has expired",
+    message: "The time allowed to pay with this link has passed, and no payment was taken. Ask the merchant for a new link.",
+    icon: "warn",
+    mark: "!",
+  },
+  503: {
+    title: "Checkout is temporarily unavailable",
+    message: "We could not load this payment right now. Nothing was charged. Please try again in a few minutes.",
+    icon: "warn",
+    mark: "!",
+  },
+};
+
+export function statusPage(status: number, opts: { data?: LinkData; testMode: boolean }): string {
+  const outcome = OUTCOMES[status] ?? {
+    title: "Something went wrong",
+    message: "We could not load this payment. Nothing was charged. Please try again later.",
+    icon: "warn",
+    mark: "!",
+  };
+  const body = html`<main class="shell">
+${merchantHeader(opts.data, opts.testMode, "Payment link")}
+<section class="panel done">
+  <div class="icon ${outcome.icon}" aria-hidden="true">${outcome.mark}</div>
+  <h2>${outcome.title}</h2>
+  <p>${outcome.message}</p>
+</section>
+</main>`;
+  return documentOf(outcome.title, body, { script: false });
+}
