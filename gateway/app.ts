@@ -8,7 +8,7 @@ import type { Logger } from "../services/shared/logger.js";
 import { registerCheckout } from "./checkout/routes.js";
 import { type HttpError, httpErrorFromRpc, INTERNAL } from "./errors.js";
 import type { Clients } from "./clients.js";
-import { registerRest } from "./rest.js";
+import { CLIENT_ID_REQUIRED, hasClientId, registerRest } from "./rest.js";
 
 export const BODY_LIMIT = 64 * 1024;
 
@@ -38,6 +38,20 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     },
     requestIdHeader: false,
     return503OnClosing: true,
+    // Node caps a request head at 16 KiB, so no id is cut off by the router:
+    // a long id is simply a link that does not exist (404, not 414).
+    routerOptions: { maxParamLength: 16 * 1024 },
+    // The router refuses a path parameter it cannot percent-decode before any
+    // hook runs; answer in the contract's words all the same.
+    frameworkErrors: (_err, req, reply) => {
+      reply.header("x-request-id", req.id);
+      if (req.url.startsWith("/v1/") && !hasClientId(req)) {
+        return sendError(reply, { status: 400, message: CLIENT_ID_REQUIRED });
+      }
+      // An id that cannot be decoded names no link (check 6).
+      const notFound = req.url.startsWith("/v1/links/") ? "Link not found" : "Not found";
+      return sendError(reply, { status: 404, message: notFound });
+    },
   });
 
   app.addHook("onRequest", async (req, reply) => {

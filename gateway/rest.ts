@@ -10,6 +10,8 @@ import { route, type GatewayDeps } from "./app.js";
 import { badRequest } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 import { linkStateError } from "./link-state.js";
+import { LINK_ID } from "../services/links/validate.js";
+import { linkNotFound } from "../services/shared/rpc-errors.js";
 
 const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
 const QUERY_STATUS: Record<string, LinkStatus> = {
@@ -28,10 +30,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
       // Check 1 of the contract, before the body is read or parsed.
       v1.addHook("onRequest", async (req) => {
-        const clientId = req.headers["client-id"];
-        if (typeof clientId !== "string" || clientId.trim() === "") {
-          throw badRequest("Client ID header is required");
-        }
+        if (!hasClientId(req)) throw badRequest(CLIENT_ID_REQUIRED);
       });
 
       route(v1, "/links", {
@@ -79,7 +78,22 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
   );
 }
 
-const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
+export const CLIENT_ID_REQUIRED = "Client ID header is required";
+
+export function hasClientId(req: FastifyRequest): boolean {
+  const clientId = req.headers["client-id"];
+  return typeof clientId === "string" && clientId.trim() !== "";
+}
+
+/**
+ * Anything that is not a link id names no link: 404 at once, without a
+ * round trip (and without handing Postgres text it refuses, such as NUL).
+ */
+function idOf(req: FastifyRequest): string {
+  const { id } = req.params as { id: string };
+  if (!LINK_ID.test(id)) throw linkNotFound();
+  return id;
+}
 
 function sendLink(reply: FastifyReply, link: Link): FastifyReply {
   return reply.type("application/json; charset=utf-8").send(linkToJson(link));
