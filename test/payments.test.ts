@@ -1,0 +1,255 @@
+// The single-use transition: races, expiry without a sweeper, the database's
+// own guard, and the same answers over gRPC as over REST.
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { eq } from "drizzle-orm";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
+import {
+  CompletePaymentRequestSchema,
+  LinkService,
+  LinkStatus,
+  PaymentMethod,
+} from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createPayments } from "../services/links/payments.js";
+import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
+import { links, outbox, payments } from "../services/links/schema.js";
+import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
+import { testClock } from "./support/clock.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.close());
+
+const nextYear = new Date().getUTCFullYear() + 2;
+const goodCard = { number: "4242424242424242", exp_month: 12, exp_year: nextYear, cvc: "123" };
+
+async function createLink(extra: Record<string, unknown> = {}) {
+  const res = await api(stack, "POST", "/v1/links", { body: validLink(extra) });
+  expect(res.status, res.text).toBe(201);
+  return res.body.id as string;
+}
+
+const pay = (id: string, body: unknown = { payment_method: "card", card: goodCard }) =>
+  api(stack, "POST", `/link/${id}/pay`, { clientId: null, body });
+
+const paymentRows = (linkId: string) => stack.db.select().from(payments).where(eq(payments.linkId, linkId));
+
+describe("single use", () => {
+  it("lets exactly one of 50 simultaneous payments win and charges only the winner", async () => {
+    const id = await createLink();
+    const before = new Set(stack.processor!.authorizations.keys());
+    const results = await Promise.all(Array.from({ length: 50 }, () => pay(id)));
+
+    const winners = results.filter((r) => r.status === 200);
+    const losers = results.filter((r) => r.status !== 200);
+    expect(winners).toHaveLength(1);
+    expect(losers).toHaveLength(49);
+    for (const loser of losers) {
+      expect(loser.status).toBe(409);
+      expect(loser.body).toEqual({ error: "Link has already been used" });
+    }
+
+    const rows = await paymentRows(id);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.id).toBe(winners[0]!.body.payment_id);
+    expect(rows[0]!.transactionId).toBe(winners[0]!.body.transaction_id);
+
+    // Every authorization this race opened is settled: one captured, the
+    // rest voided. Attempts that saw the link used never authorized at all.
+    const fates = [...stack.processor!.authorizations].filter(([key]) => !before.has(key)).map(([, fate]) => fate);
+    expect(fates.filter((f) => f === "captured")).toHaveLength(1);
+    expect(fates.filter((f) => f === "authorized")).toHaveLength(0);
+    expect(fates.filter((f) => f === "voided")).toHaveLength(fates.length - 1);
+  });
+
+  it("records the payment, the used link and its event in one go", async () => {
+    const id = await createLink({ metadata: { webhook: "https://hooks.example/paid" } });
+    const res = await pay(id, { payment_method: "card", card: { ...goodCard, number: "5555555555554444" } });
+    expect(res.status, res.text).toBe(200);
+    const [row] = await paymentRows(id);
+    expect(row).toMatchObject({
+      id: res.body.payment_id,
+      transactionId: res.body.transaction_id,
+      amountValue: 1050n,
+      currency: "USD",
+      method: "card",
+      cardBrand: "mastercard",
+      cardLast4: "4444",
+    });
+    const [link] = await stack.db.select().from(links).where(eq(links.id, id));
+    expect(link!.status).toBe("used");
+    expect(link!.updatedAt.getTime()).toBe(stack.clock.now().getTime());
+    const outboxRows = await stack.db.select({ payload: outbox.payload }).from(outbox);
+    const completed = outboxRows
+      .map((r) => fromBinary(EventSchema, r.payload))
+      .filter((e) => e.linkId === id && e.payload.case === "paymentCompleted");
+    expect(completed).toHaveLength(1);
+    expect(completed[0]!.payload.value).toMatchObject({
+      paymentId: res.body.payment_id,
+      transactionId: res.body.transaction_id,
+      webhookUrl: "https://hooks.example/paid",
+    });
+  });
+
+  it("has the database refuse a second payment row for a link", async () => {
+    const id = await createLink();
+    expect((await pay(id)).status).toBe(200);
+    const second = stack.db.insert(payments).values({
+      id: "pay-second",
+      linkId: id,
+      transactionId: "txn-second",
+      amountValue: 1050n,
+      currency: "USD",
+      method: "bank_transfer",
+      createdAt: new Date(),
+    });
+    const err = await second.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeDefined();
+    const codes: unknown[] = [];
+    for (let e: any = err; e; e = e.cause) codes.push(e.code, e.constraint_name);
+    expect(codes).toContain("23505");
+    expect(codes).toContain("payments_link_id_key");
+    expect(await paymentRows(id)).toHaveLength(1);
+  });
+
+  it("answers 410 for a link past expires_at before anything has marked it", async () => {
+    const id = await createLink({ expires_in: 60 });
+    stack.clock.advance(60_000); // now == expires_at: no longer payable
+    const res = await pay(id);
+    expect(res.status).toBe(410);
+    expect(res.body).toEqual({ error: "Link has expired" });
+    const [link] = await stack.db.select().from(links).where(eq(links.id, id));
+    expect(link!.status).toBe("created"); // no sweeper ran; the answer is "as of now"
+    expect(await paymentRows(id)).toHaveLength(0);
+    const page = await fetch(`${stack.gatewayUrl}/link/${id}`);
+    expect(page.status).toBe(410);
+  });
+});
+
+describe("over gRPC", () => {
+  const client = () => createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+  const cardRequest = (linkId: string) =>
+    create(CompletePaymentRequestSchema, {
+      linkId,
+      paymentMethod: PaymentMethod.CARD,
+      card: { number: goodCard.number, expMonth: goodCard.exp_month, expYear: goodCard.exp_year, cvc: goodCard.cvc },
+    });
+  async function rpcError(call: Promise<unknown>) {
+    const err = await call.then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(err, "the call should have failed").toBeInstanceOf(ConnectError);
+    return { code: err!.code, message: err!.rawMessage, info: err!.findDetails(ErrorInfoSchema)[0] };
+  }
+
+  it("refuses a used link with FailedPrecondition LINK_USED; GetLink shows it USED, REST says 409", async () => {
+    const id = await createLink();
+    const paid = await client().completePayment(cardRequest(id));
+    expect(paid.linkId).toBe(id);
+    expect(paid.paymentId).toMatch(/^pay-/);
+
+    const again = await rpcError(client().completePayment(cardRequest(id)));
+    expect(again.code).toBe(Code.FailedPrecondition);
+    expect(again.message).toBe("Link has already been used");
+    expect(again.info?.reason).toBe("LINK_USED");
+    expect(again.info?.domain).toBe("paylink");
+
+    const { link } = await client().getLink({ id }, { headers: { "client-id": "client-a" } });
+    expect(link!.status).toBe(LinkStatus.USED);
+    const rest = await api(stack, "GET", `/v1/links/${id}`, { clientId: "client-a" });
+    expect(rest.status).toBe(409);
+    expect(rest.body).toEqual({ error: "Link has already been used" });
+  });
+
+  it("refuses an expired link with FailedPrecondition LINK_EXPIRED; REST says 410", async () => {
+    const id = await createLink({ expires_in: 60 });
+    stack.clock.advance(61_000);
+    const late = await rpcError(client().completePayment(cardRequest(id)));
+    expect(late.code).toBe(Code.FailedPrecondition);
+    expect(late.info?.reason).toBe("LINK_EXPIRED");
+    const { link } = await client().getLink({ id }, { headers: { "client-id": "client-a" } });
+    expect(link!.status).toBe(LinkStatus.EXPIRED);
+    expect((await api(stack, "GET", `/v1/links/${id}`)).status).toBe(410);
+  });
+
+  it("reports a decline as FailedPrecondition CARD_DECLINED and bad cards as InvalidArgument", async () => {
+    const id = await createLink();
+    const declined = await rpcError(
+      client().completePayment({ ...cardRequest(id), card: { ...cardRequest(id).card!, number: "4000000000000002" } }),
+    );
+    expect(declined.code).toBe(Code.FailedPrecondition);
+    expect(declined.info?.reason).toBe("CARD_DECLINED");
+    const invalid = await rpcError(
+      client().completePayment({ ...cardRequest(id), card: { ...cardRequest(id).card!, number: "4242424242424241" } }),
+    );
+    expect(invalid.code).toBe(Code.InvalidArgument);
+    expect(invalid.message).toBe("Invalid card number");
+    const unknown = await rpcError(client().completePayment(cardRequest("lnk-missing")));
+    expect(unknown.code).toBe(Code.NotFound);
+  });
+});
+
+// The payments module in-process, with processors that misbehave on cue:
+// the cases a socket-level test cannot time.
+describe("when the processor or the clock get in the way", () => {
+  const silent = pino({ level: "silent" });
+
+  function paymentsWith(processor: PaymentProcessor, clock = testClock(stack.clock.now())) {
+    return createPayments({ db: stack.db, clock, processor, logger: silent, onEventsCommitted: () => {} });
+  }
+  const bankTransfer = (linkId: string) =>
+    create(CompletePaymentRequestSchema, { linkId, paymentMethod: PaymentMethod.BANK_TRANSFER });
+
+  it("voids the hold when the link expires while the processor is authorizing", async () => {
+    const id = await createLink({ expires_in: 60 });
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    const slow: PaymentProcessor = {
+      ...sandbox,
+      async authorize(req) {
+        clock.advance(120_000);
+        return sandbox.authorize(req);
+      },
+    };
+    const err = await paymentsWith(slow, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(err, String(err)).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_EXPIRED");
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    expect(await paymentRows(id)).toHaveLength(0);
+  });
+
+  it("keeps a won payment when capture fails, and a lost one answered 409 when void fails", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    const flaky: PaymentProcessor = {
+      ...sandbox,
+      capture: async () => Promise.reject(new Error("processor timeout")),
+      void: async () => Promise.reject(new Error("processor timeout")),
+    };
+    const payments = paymentsWith(flaky);
+    const won = await payments.complete(bankTransfer(id));
+    expect(won.paymentId).toMatch(/^pay-/);
+    expect(await paymentRows(id)).toHaveLength(1);
+    const err = await payments.complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
+  });
+
+  it("never authorizes when the link is already used", async () => {
+    const id = await createLink();
+    expect((await pay(id)).status).toBe(200);
+    const sandbox = createSandboxProcessor();
+    const err = await paymentsWith(sandbox).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
+    expect(sandbox.authorizations.size).toBe(0);
+  });
+});
