@@ -69,10 +69,12 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
   app.setNotFoundHandler((_req, reply) => sendError(reply, { status: 404, message: "Not found" }));
 
-  app.get("/healthz", async () => ({ status: "ok" }));
-  app.get("/readyz", async (_req, reply) => {
-    const ready = await deps.clients.ready();
-    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
+  route(app, "/healthz", { GET: async () => ({ status: "ok" }) });
+  route(app, "/readyz", {
+    async GET(_req, reply) {
+      const ready = await deps.clients.ready();
+      return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
+    },
   });
   registerRest(app, deps);
   registerCheckout(app, deps);
@@ -101,8 +103,10 @@ const ALL_METHODS: HTTPMethods[] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELE
 export function route(app: FastifyInstance, url: string, handlers: Partial<Record<"GET" | "POST", Handler>>): void {
   const allowed = Object.keys(handlers) as ("GET" | "POST")[];
   for (const method of allowed) app.route({ method, url, handler: handlers[method]! });
-  const allow = [...allowed, ...(allowed.includes("GET") ? ["HEAD"] : [])].join(", ");
-  const others = ALL_METHODS.filter((m) => !allow.split(", ").includes(m));
+  // Fastify answers HEAD for every GET route.
+  const served = ALL_METHODS.filter((m) => allowed.includes(m as "GET") || (m === "HEAD" && allowed.includes("GET")));
+  const allow = served.join(", ");
+  const others = ALL_METHODS.filter((m) => !served.includes(m));
   app.route({
     method: others,
     url,

@@ -1,0 +1,235 @@
+// The gateway's HTTP edges: unknown paths, wrong methods, request ids,
+// health and readiness, JSON everywhere, and 500/503 without internals.
+import { createServer } from "node:net";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startGateway } from "../gateway/server.js";
+import { createDb } from "../services/links/db.js";
+import { startLinksServer } from "../services/links/server.js";
+import { testClock } from "./support/clock.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+
+const silent = pino({ level: "silent" });
+const JSON_TYPE = "application/json; charset=utf-8";
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+let stack: Stack;
+let linkId: string;
+beforeAll(async () => {
+  stack = await startStack();
+  const created = await api(stack, "POST", "/v1/links", { body: validLink() });
+  linkId = created.body.id;
+});
+afterAll(() => stack?.close());
+
+const outcome = (res: Awaited<ReturnType<typeof api>>) => ({ status: res.status, body: res.body });
+
+describe("routes", () => {
+  it.each([
+    ["GET", "/"],
+    ["GET", "/nope"],
+    ["POST", "/nope"],
+    ["GET", "/v1"],
+    ["GET", "/v2/links"],
+    ["GET", "/v1/nope"],
+    ["GET", "/v1/links/lnk-x/nope"],
+    ["GET", "/V1/LINKS"],
+    ["GET", "/healthz/x"],
+  ])("%s %s: 404 Not found", async (method, path) => {
+    const res = await api(stack, method, path);
+    expect(outcome(res)).toEqual({ status: 404, body: { error: "Not found" } });
+    expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+  });
+
+  it.each([
+    ["DELETE", "/v1/links/{id}", "GET, HEAD"],
+    ["PUT", "/v1/links/{id}", "GET, HEAD"],
+    ["PATCH", "/v1/links/{id}", "GET, HEAD"],
+    ["POST", "/v1/links/{id}", "GET, HEAD"],
+    ["OPTIONS", "/v1/links/{id}", "GET, HEAD"],
+    ["PUT", "/v1/links", "GET, HEAD, POST"],
+    ["DELETE", "/v1/links", "GET, HEAD, POST"],
+    ["PATCH", "/v1/links", "GET, HEAD, POST"],
+    ["POST", "/healthz", "GET, HEAD"],
+    ["DELETE", "/readyz", "GET, HEAD"],
+  ])("%s %s: 405 Method not allowed with Allow: %s", async (method, path, allow) => {
+    const res = await api(stack, method, path.replace("{id}", linkId));
+    expect(outcome(res)).toEqual({ status: 405, body: { error: "Method not allowed" } });
+    expect(res.headers.get("allow")).toBe(allow);
+    expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+  });
+
+  it("405 does not touch the link", async () => {
+    await api(stack, "DELETE", `/v1/links/${linkId}`);
+    expect((await api(stack, "GET", `/v1/links/${linkId}`)).status).toBe(200);
+  });
+
+  it.each([
+    ["GET", "/v1/links/{id}"],
+    ["DELETE", "/v1/links/{id}"],
+    ["PUT", "/v1/links"],
+  ])("%s %s without Client-Id: check 1 answers first", async (method, path) => {
+    const res = await api(stack, method, path.replace("{id}", linkId), { clientId: null });
+    expect(outcome(res)).toEqual({ status: 400, body: { error: "Client ID header is required" } });
+  });
+
+  it.each([
+    ["with Client-Id", "client-a", { status: 404, body: { error: "Link not found" } }],
+    ["without Client-Id", null, { status: 400, body: { error: "Client ID header is required" } }],
+  ])("an id that cannot be percent-decoded, %s", async (_name, clientId, expected) => {
+    const res = await api(stack, "GET", "/v1/links/lnk-%E0%A4%A", { clientId });
+    expect(outcome(res)).toEqual(expected);
+    expect(res.headers.get("x-request-id")).toMatch(UUID);
+    expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+  });
+});
+
+describe("every answer", () => {
+  const answers: [string, () => Promise<Awaited<ReturnType<typeof api>>>, number][] = [
+    ["201", () => api(stack, "POST", "/v1/links", { body: validLink() }), 201],
+    ["200", () => api(stack, "GET", `/v1/links/${linkId}`), 200],
+    ["400 Client-Id", () => api(stack, "GET", `/v1/links/${linkId}`, { clientId: null }), 400],
+    ["400 validation", () => api(stack, "POST", "/v1/links", { body: {} }), 400],
+    ["400 JSON", () => api(stack, "POST", "/v1/links", { rawBody: "{", headers: { "content-type": "application/json" } }), 400],
+    ["403", () => api(stack, "GET", `/v1/links/${linkId}`, { clientId: "client-b" }), 403],
+    ["404 link", () => api(stack, "GET", "/v1/links/nope"), 404],
+    ["404 route", () => api(stack, "GET", "/nope"), 404],
+    ["405", () => api(stack, "DELETE", "/v1/links"), 405],
+    ["413", () => api(stack, "POST", "/v1/links", { rawBody: " ".repeat(70_000), headers: { "content-type": "application/json" } }), 413],
+    ["415", () => api(stack, "POST", "/v1/links", { rawBody: "x", headers: { "content-type": "text/plain" } }), 415],
+    ["healthz", () => api(stack, "GET", "/healthz"), 200],
+    ["readyz", () => api(stack, "GET", "/readyz"), 200],
+  ];
+
+  it.each(answers)("%s carries a fresh X-Request-Id and is JSON", async (_name, call, status) => {
+    const a = await call();
+    const b = await call();
+    expect(a.status, a.text).toBe(status);
+    expect(a.headers.get("content-type")).toBe(JSON_TYPE);
+    expect(a.body).toBeTypeOf("object");
+    expect(a.headers.get("x-request-id")).toMatch(UUID);
+    expect(b.headers.get("x-request-id")).not.toBe(a.headers.get("x-request-id"));
+  });
+
+  it.each([
+    ["a sane id", "req-123_abc.def:9", "req-123_abc.def:9"],
+    ["an id with spaces", "bad id", undefined],
+    ["an id of 129 characters", "r".repeat(129), undefined],
+  ])("keeps the caller's X-Request-Id only when it is %s", async (_name, given, kept) => {
+    for (const call of [
+      () => api(stack, "POST", "/v1/links", { body: validLink(), headers: { "x-request-id": given } }),
+      () => api(stack, "GET", "/v1/links/nope", { headers: { "x-request-id": given } }),
+    ]) {
+      const res = await call();
+      if (kept) expect(res.headers.get("x-request-id")).toBe(kept);
+      else expect(res.headers.get("x-request-id")).toMatch(UUID);
+    }
+  });
+});
+
+describe("health", () => {
+  it("/healthz: 200 while the process is up", async () => {
+    expect(outcome(await api(stack, "GET", "/healthz", { clientId: null }))).toEqual({ status: 200, body: { status: "ok" } });
+  });
+
+  it("/readyz: 200 while the LinkService and Postgres answer", async () => {
+    expect(outcome(await api(stack, "GET", "/readyz", { clientId: null }))).toEqual({ status: 200, body: { status: "ready" } });
+  });
+});
+
+/** A LinkService on `databaseUrl` with its own gateway, both on real sockets. */
+async function startPair(databaseUrl: string) {
+  const { db, close: closeDb } = createDb(databaseUrl);
+  const links = await startLinksServer({
+    db,
+    port: 0,
+    host: "127.0.0.1",
+    checkoutBaseUrl: "http://checkout.test",
+    clock: testClock(),
+    processor: undefined,
+    logger: silent,
+  });
+  const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${links.port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", logger: silent });
+  return { links, gateway, closeDb, gatewayUrl: `http://127.0.0.1:${gateway.port}` };
+}
+
+describe("when the LinkService is down", () => {
+  let pair: Awaited<ReturnType<typeof startPair>>;
+  beforeAll(async () => {
+    pair = await startPair(stack.databaseUrl);
+  });
+  afterAll(async () => {
+    await pair?.gateway.close();
+    await pair?.closeDb();
+  });
+
+  it("/readyz turns 503 and /healthz stays 200; the API answers 503 without internals", async () => {
+    expect((await api(pair, "GET", "/readyz")).status).toBe(200);
+    expect((await api(pair, "POST", "/v1/links", { body: validLink() })).status).toBe(201);
+    await pair.links.close();
+
+    const ready = await api(pair, "GET", "/readyz");
+    expect(outcome(ready)).toEqual({ status: 503, body: { status: "not ready" } });
+    expect(ready.headers.get("x-request-id")).toMatch(UUID);
+    expect(outcome(await api(pair, "GET", "/healthz"))).toEqual({ status: 200, body: { status: "ok" } });
+    for (const res of [
+      await api(pair, "POST", "/v1/links", { body: validLink() }),
+      await api(pair, "GET", `/v1/links/${linkId}`),
+    ]) {
+      expect(res.status).toBe(503);
+      expect(res.text).toBe('{"error":"Service unavailable"}');
+      expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+      expect(res.headers.get("x-request-id")).toMatch(UUID);
+    }
+  });
+
+  it("a gateway pointed at a port where nothing listens is not ready", async () => {
+    const port = await new Promise<number>((resolve) => {
+      const server = createServer().listen(0, "127.0.0.1", () => {
+        const { port } = server.address() as { port: number };
+        server.close(() => resolve(port));
+      });
+    });
+    const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", logger: silent });
+    try {
+      const res = await api({ gatewayUrl: `http://127.0.0.1:${gateway.port}` }, "GET", "/readyz");
+      expect(outcome(res)).toEqual({ status: 503, body: { status: "not ready" } });
+    } finally {
+      await gateway.close();
+    }
+  });
+});
+
+describe("when the LinkService fails inside (its database does not exist)", () => {
+  let pair: Awaited<ReturnType<typeof startPair>>;
+  beforeAll(async () => {
+    const url = new URL(stack.databaseUrl);
+    url.pathname = "/paylink_no_such_database";
+    pair = await startPair(url.toString());
+  });
+  afterAll(async () => {
+    await pair?.gateway.close();
+    await pair?.links.close();
+    await pair?.closeDb();
+  });
+
+  it.each([
+    ["POST /v1/links", () => api(pair, "POST", "/v1/links", { body: validLink() })],
+    ["GET /v1/links/{id}", () => api(pair, "GET", `/v1/links/${linkId}`)],
+  ])("%s answers exactly 500 Internal server error", async (_name, call) => {
+    const res = await call();
+    expect(res.status).toBe(500);
+    expect(res.text).toBe('{"error":"Internal server error"}');
+    expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+    expect(res.headers.get("x-request-id")).toMatch(UUID);
+  });
+
+  it("/readyz is 503: the LinkService is up but cannot reach Postgres", async () => {
+    expect(outcome(await api(pair, "GET", "/readyz"))).toEqual({ status: 503, body: { status: "not ready" } });
+  });
+
+  it("validation still answers 400: it needs no database", async () => {
+    const res = await api(pair, "POST", "/v1/links", { body: validLink({ expires_in: 59 }) });
+    expect(outcome(res)).toEqual({ status: 400, body: { error: "expires_in must be an integer from 60 to 86400" } });
+  });
+});
