@@ -1,0 +1,204 @@
+// The outbox relay: moves committed events from Postgres to JetStream.
+// kick() runs right after a commit so webhooks leave at once; the poll only
+// catches what a kick missed (NATS down, a crash between commit and publish,
+// another copy's rows). A row is marked published only after JetStream acks
+// it, and Nats-Msg-Id = event id lets the stream drop a re-published copy.
+// Rows are claimed with SKIP LOCKED, so several link service copies relay
+// side by side. NATS being down never blocks start-up or payments: rows
+// simply wait in the outbox.
+import type { JetStreamClient, NatsConnection } from "nats";
+import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology } from "../notifier/jetstream.js";
+import type { Clock } from "../shared/clock.js";
+import type { Logger } from "../shared/logger.js";
+import type { Db } from "./db.js";
+import { claimUnpublished, deletePublishedBefore, markPublished, SUBJECT_PREFIX } from "./outbox.js";
+
+export interface RelayOptions {
+  db: Db;
+  natsUrl: string;
+  clock: Clock;
+  logger: Logger;
+  /** Fallback poll; kicks do the normal work. */
+  pollIntervalMs?: number;
+  /** How long published rows are kept (for audit and re-publishing) before cleanup. */
+  retentionMs?: number;
+  cleanupIntervalMs?: number;
+  batchSize?: number;
+  publishTimeoutMs?: number;
+  reconnectWaitMs?: number;
+  topology?: Pick<Topology, "eventStream" | "eventSubjectPrefix">;
+}
+
+export interface Relay {
+  /** Publish now what is committed; returns at once. */
+  kick(): void;
+  /** Connects in the background; never waits for NATS. */
+  start(): void;
+  /** Resolves once connected and the stream exists (for tests and readiness). */
+  whenReady(): Promise<void>;
+  /** Deletes published rows older than the retention period; answers how many. */
+  cleanup(): Promise<number>;
+  close(): Promise<void>;
+}
+
+const CLEANUP_BATCH = 1000;
+
+export function createRelay(opts: RelayOptions): Relay {
+  const { db, clock, logger } = opts;
+  const pollIntervalMs = opts.pollIntervalMs ?? 1000;
+  const retentionMs = opts.retentionMs ?? 86_400_000;
+  const cleanupIntervalMs = opts.cleanupIntervalMs ?? 60_000;
+  const batchSize = opts.batchSize ?? 100;
+  const publishTimeoutMs = opts.publishTimeoutMs ?? 5000;
+  const topology = opts.topology ?? DEFAULT_TOPOLOGY;
+
+  let nc: NatsConnection | undefined;
+  let js: JetStreamClient | undefined;
+  let connected = false;
+  let streamReady = false;
+  let closed = false;
+  let pumping: Promise<void> | undefined;
+  let again = false;
+  let poll: NodeJS.Timeout | undefined;
+  let lastCleanup = Date.now();
+  let cleaning: Promise<unknown> | undefined;
+  let markReady: () => void = () => {};
+  const ready = new Promise<void>((resolve) => (markReady = resolve));
+
+  function subjectFor(rowSubject: string): string {
+    return topology.eventSubjectPrefix + rowSubject.slice(SUBJECT_PREFIX.length);
+  }
+
+  async function ensureStream(): Promise<boolean> {
+    if (streamReady) return true;
+    if (!nc || !connected) return false;
+    try {
+      await ensureEventStream(await nc.jetstreamManager(), topology);
+      streamReady = true;
+      markReady();
+      return true;
+    } catch (err) {
+      logger.warn({ err }, "cannot ensure the event stream yet; will retry");
+      return false;
+    }
+  }
+
+  /** Publishes one claimed batch in one transaction; answers how many rows it published. */
+  async function publishBatch(client: JetStreamClient): Promise<{ claimed: number; failed: number }> {
+    return db.transaction(async (tx) => {
+      const rows = await claimUnpublished(tx, batchSize);
+      if (rows.length === 0) return { claimed: 0, failed: 0 };
+      const results = await Promise.allSettled(
+        rows.map((row) =>
+          client.publish(subjectFor(row.subject), row.payload, { msgID: row.id, timeout: publishTimeoutMs }),
+        ),
+      );
+      const acked = rows.filter((_, i) => results[i]!.status === "fulfilled").map((row) => row.id);
+      await markPublished(tx, acked, clock.now());
+      const failures = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
+      if (failures.length > 0) {
+        logger.warn({ err: failures[0]!.reason, failed: failures.length }, "JetStream did not ack; rows stay in the outbox");
+      }
+      return { claimed: rows.length, failed: failures.length };
+    });
+  }
+
+  async function pump(): Promise<void> {
+    if (closed || !(await ensureStream()) || !js) return;
+    for (;;) {
+      const { claimed, failed } = await publishBatch(js);
+      if (failed > 0) {
+        // The stream may have been lost (a NATS restart without its store):
+        // ensure it again on the next try.
+        streamReady = false;
+        return;
+      }
+      if (claimed < batchSize || closed) return;
+    }
+  }
+
+  function kick(): void {
+    if (closed || !connected) return;
+    if (pumping) {
+      again = true;
+      return;
+    }
+    pumping = (async () => {
+      do {
+        again = false;
+        await pump().catch((err: unknown) => logger.error({ err }, "outbox relay pass failed"));
+      } while (again && !closed);
+      pumping = undefined;
+    })();
+  }
+
+  async function cleanup(): Promise<number> {
+    const before = new Date(clock.now().getTime() - retentionMs);
+    let total = 0;
+    for (;;) {
+      const n = await deletePublishedBefore(db, before, CLEANUP_BATCH);
+      total += n;
+      if (n < CLEANUP_BATCH || closed) return total;
+    }
+  }
+
+  function tick(): void {
+    kick();
+    if (!cleaning && Date.now() - lastCleanup >= cleanupIntervalMs) {
+      lastCleanup = Date.now();
+      cleaning = cleanup()
+        .then((n) => n > 0 && logger.debug({ deleted: n }, "deleted published outbox rows"))
+        .catch((err: unknown) => logger.error({ err }, "outbox cleanup failed"))
+        .finally(() => (cleaning = undefined));
+    }
+  }
+
+  async function watch(conn: NatsConnection): Promise<void> {
+    for await (const status of conn.status()) {
+      if (status.type === "disconnect") {
+        connected = false;
+        logger.warn("NATS connection lost; events wait in the outbox");
+      } else if (status.type === "reconnect") {
+        connected = true;
+        // A restarted server may have come back without its store.
+        streamReady = false;
+        logger.info("NATS connection back; catching up");
+        kick();
+      }
+    }
+  }
+
+  async function connectInBackground(): Promise<void> {
+    const conn = await connectForever({
+      natsUrl: opts.natsUrl,
+      name: "paylink-relay",
+      logger,
+      stopped: () => closed,
+      retryMs: opts.reconnectWaitMs,
+    });
+    if (!conn) return;
+    nc = conn;
+    js = conn.jetstream();
+    connected = true;
+    void watch(conn);
+    kick();
+  }
+
+  return {
+    kick,
+    start() {
+      if (poll) return;
+      poll = setInterval(tick, pollIntervalMs);
+      void connectInBackground().catch((err: unknown) => logger.error({ err }, "relay connect loop failed"));
+    },
+    whenReady: () => ready,
+    cleanup,
+    async close() {
+      closed = true;
+      clearInterval(poll);
+      await pumping;
+      await cleaning;
+      await nc?.close().catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,71 @@
+// The SSRF guard. In production a webhook may only reach public unicast
+// addresses; the merchant chooses the URL, and it must not become a way into
+// our network or the cloud metadata service. The check runs inside the
+// socket's DNS lookup, on the very addresses the socket then connects to, so
+// a name that resolves to a public address for a pre-check and to 127.0.0.1
+// a moment later (DNS rebinding) gains nothing. IP-literal hosts skip DNS and
+// are checked on their own.
+import dns from "node:dns";
+import type { LookupFunction } from "node:net";
+import ipaddr from "ipaddr.js";
+
+/** Thrown (through the socket) when every resolved address is refused. */
+export class RefusedAddressError extends Error {
+  readonly code = "ERR_WEBHOOK_ADDRESS_REFUSED";
+}
+
+// Named for the log message; their ranges (link-local, unique-local, CGNAT)
+// are refused anyway.
+const CLOUD_METADATA = new Set(["169.254.169.254", "fd00:ec2::254", "100.100.100.200"]);
+
+/**
+ * Why an address may not be reached from production, or undefined when it
+ * may. Only ipaddr.js's "unicast" range passes: loopback, private,
+ * link-local, CGNAT (100.64/10), unspecified, multicast, broadcast, reserved,
+ * unique-local and the IPv6 transition ranges are all refused. IPv4-mapped
+ * and NAT64 addresses are judged by the IPv4 address inside them.
+ */
+export function refusalReason(ip: string): string | undefined {
+  if (!ipaddr.isValid(ip)) return `not an IP address: ${ip}`;
+  let addr = ipaddr.process(ip); // ::ffff:a.b.c.d becomes a.b.c.d
+  if (addr.kind() === "ipv6" && addr.range() === "rfc6052" && ip.toLowerCase().startsWith("64:ff9b::")) {
+    const bytes = addr.toByteArray().slice(12);
+    addr = ipaddr.fromByteArray(bytes);
+  }
+  const normal = addr.toString();
+  if (CLOUD_METADATA.has(normal)) return `${normal} is a cloud metadata address`;
+  const range = addr.range();
+  if (range !== "unicast") return `${normal} is in the ${range} range`;
+  return undefined;
+}
+
+export interface AddressPolicy {
+  /** Why a literal address is refused, or undefined. */
+  refuse(ip: string): string | undefined;
+  /** The lookup a socket uses; undefined means the system's own. */
+  lookup: LookupFunction | undefined;
+}
+
+/** Test deployments deliver to loopback and private receivers; production does not. */
+export function addressPolicy(env: "test" | "production"): AddressPolicy {
+  if (env === "test") return { refuse: () => undefined, lookup: undefined };
+  return { refuse: refusalReason, lookup: guardedLookup };
+}
+
+/**
+ * dns.lookup that drops refused addresses. Node calls it with `all: true`
+ * when it may try several addresses (autoSelectFamily) and without it
+ * otherwise; both shapes are answered.
+ */
+export const guardedLookup: LookupFunction = (hostname, options, callback) => {
+  dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
+    if (err) return callback(err, "", 0);
+    const allowed = addresses.filter((a) => refusalReason(a.address) === undefined);
+    if (allowed.length === 0) {
+      const reasons = addresses.map((a) => refusalReason(a.address)).join("; ");
+      return callback(new RefusedAddressError(`refused to connect to ${hostname}: ${reasons}`), "", 0);
+    }
+    if (options.all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, allowed);
+    callback(null, allowed[0]!.address, allowed[0]!.family);
+  });
+};

@@ -1,0 +1,108 @@
+// What the notifier does with one event from JetStream. The retry state lives
+// in JetStream, not here: the attempt number is the message's delivery count,
+// and the wait before the next attempt is a nak with a delay, so a notifier
+// that dies mid-schedule loses nothing and another copy carries on.
+import { fromBinary } from "@bufbuild/protobuf";
+import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
+import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
+import type { Logger } from "../shared/logger.js";
+import type { Deliverer } from "./deliver.js";
+import type { Topology } from "./jetstream.js";
+import type { Metrics } from "./metrics.js";
+
+export interface HandlerDeps {
+  js: JetStreamClient;
+  deliverer: Deliverer;
+  topology: Topology;
+  /** Delays in ms before attempts 2, 3, ...; attempts = length + 1. */
+  retrySchedule: number[];
+  metrics: Metrics;
+  logger: Logger;
+  random?: () => number;
+}
+
+/** ±10 %: receivers that failed together should not be retried together. */
+const JITTER = 0.1;
+const HEADER_MAX = 1024;
+
+export function createHandler(deps: HandlerDeps) {
+  const { js, deliverer, topology, retrySchedule, metrics, logger } = deps;
+  const random = deps.random ?? Math.random;
+
+  async function deadLetter(msg: JsMsg, eventId: string, attempts: number, lastError: string): Promise<void> {
+    const h = natsHeaders();
+    h.set("Paylink-Event-Id", eventId);
+    h.set("Paylink-Original-Subject", msg.subject);
+    h.set("Paylink-Attempts", String(attempts));
+    h.set("Paylink-Last-Error", headerSafe(lastError));
+    // The original bytes, so an operator can re-publish the event as it was.
+    await js.publish(`${topology.deadLetterSubjectPrefix}.payment.completed`, msg.data, {
+      msgID: eventId,
+      headers: h,
+    });
+    msg.ack();
+    metrics.inc("dead_lettered");
+    logger.error({ eventId, attempts, lastError }, "webhook dead-lettered");
+  }
+
+  return async function handle(msg: JsMsg): Promise<void> {
+    let event: Event;
+    try {
+      event = fromBinary(EventSchema, msg.data);
+    } catch (err) {
+      await deadLetter(msg, `seq-${msg.seq}`, msg.info.deliveryCount, `undecodable event: ${String(err)}`);
+      return;
+    }
+    if (event.payload.case !== "paymentCompleted" || !event.payload.value.webhookUrl) {
+      metrics.inc("skipped");
+      msg.ack();
+      return;
+    }
+    const completed = event.payload.value;
+    const attempt = msg.info.deliveryCount;
+    const log = logger.child({ eventId: event.id, linkId: event.linkId, attempt });
+
+    const outcome = await deliverer.deliver({
+      url: completed.webhookUrl,
+      id: event.id,
+      apiKey: completed.apiKey,
+      linkId: event.linkId,
+      paymentId: completed.paymentId,
+      transactionId: completed.transactionId,
+    });
+
+    switch (outcome.kind) {
+      case "delivered":
+        metrics.inc("delivered");
+        msg.ack();
+        log.debug({ status: outcome.status }, "webhook delivered");
+        return;
+      case "gone":
+        metrics.inc("gone");
+        msg.ack();
+        log.info({ status: 410 }, "receiver answered 410 Gone; delivery stopped");
+        return;
+      case "refused":
+        // Policy, not a fault: retrying cannot change the answer.
+        metrics.inc("refused");
+        await deadLetter(msg, event.id, attempt, outcome.error);
+        return;
+      case "failed": {
+        metrics.inc("failed_attempt");
+        const delay = retrySchedule[attempt - 1];
+        if (delay === undefined) {
+          await deadLetter(msg, event.id, attempt, outcome.error);
+          return;
+        }
+        const jittered = Math.max(0, Math.round(delay * (1 - JITTER + 2 * JITTER * random())));
+        log.warn({ error: outcome.error, retryInMs: jittered }, "webhook attempt failed");
+        msg.nak(jittered);
+        return;
+      }
+    }
+  };
+}
+
+function headerSafe(value: string): string {
+  return value.replace(/[\r\n]+/g, " ").slice(0, HEADER_MAX);
+}

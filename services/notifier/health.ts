@@ -1,0 +1,37 @@
+// The notifier's only HTTP surface: liveness, readiness and counters for the
+// platform, never for merchants.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Metrics } from "./metrics.js";
+
+export async function serveHealth(opts: { port: number; host?: string; ready: () => boolean; metrics: Metrics }) {
+  const server = http.createServer((req, res) => {
+    const path = (req.url ?? "/").split("?")[0];
+    const json = (status: number, body: unknown) => {
+      res.writeHead(status, { "content-type": "application/json; charset=utf-8" }).end(JSON.stringify(body));
+    };
+    if (req.method !== "GET" && req.method !== "HEAD") return json(405, { error: "Method not allowed" });
+    if (path === "/healthz") return json(200, { status: "ok" });
+    if (path === "/readyz") {
+      // Ready means connected to NATS and consuming.
+      return opts.ready() ? json(200, { status: "ready" }) : json(503, { status: "not ready" });
+    }
+    if (path === "/metrics") {
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(opts.metrics.text());
+      return;
+    }
+    json(404, { error: "Not found" });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,144 @@
+// The JetStream topology the relay and the notifier share, and a connection
+// that never gives up. Both sides ensure what they use, so either process can
+// start first. Names are parameters so that tests can run side by side on
+// one server; production uses DEFAULT_TOPOLOGY.
+import {
+  AckPolicy,
+  connect,
+  DeliverPolicy,
+  DiscardPolicy,
+  type JetStreamManager,
+  type NatsConnection,
+  nanos,
+  RetentionPolicy,
+  StorageType,
+  type StreamConfig,
+} from "nats";
+import type { Logger } from "../shared/logger.js";
+
+export interface Topology {
+  eventStream: string;
+  /** Event subjects are `<prefix>.payment.completed` and `<prefix>.link.expired`. */
+  eventSubjectPrefix: string;
+  deadLetterStream: string;
+  deadLetterSubjectPrefix: string;
+  /** The durable consumer every notifier copy shares. */
+  consumer: string;
+}
+
+export const DEFAULT_TOPOLOGY: Topology = {
+  eventStream: "PAYLINK_EVENTS",
+  eventSubjectPrefix: "paylink.events",
+  deadLetterStream: "PAYLINK_DEAD_LETTERS",
+  deadLetterSubjectPrefix: "paylink.dead",
+  consumer: "notifier",
+};
+
+const DAY_MS = 86_400_000;
+// Longer than the default retry schedule (about two days), so an event
+// survives a notifier outage of several days.
+const EVENT_MAX_AGE_MS = 7 * DAY_MS;
+// The relay may re-publish a row whose ack it lost; the stream drops the copy
+// when it comes within this window (Nats-Msg-Id = event id).
+const DUPLICATE_WINDOW_MS = 2 * 60_000;
+const DEAD_LETTER_MAX_AGE_MS = 30 * DAY_MS;
+
+export async function ensureEventStream(jsm: JetStreamManager, t: Pick<Topology, "eventStream" | "eventSubjectPrefix">) {
+  await ensureStream(jsm, {
+    name: t.eventStream,
+    subjects: [`${t.eventSubjectPrefix}.>`],
+    max_age: nanos(EVENT_MAX_AGE_MS),
+    duplicate_window: nanos(DUPLICATE_WINDOW_MS),
+  });
+}
+
+export async function ensureDeadLetterStream(jsm: JetStreamManager, t: Topology) {
+  await ensureStream(jsm, {
+    name: t.deadLetterStream,
+    subjects: [`${t.deadLetterSubjectPrefix}.>`],
+    max_age: nanos(DEAD_LETTER_MAX_AGE_MS),
+    duplicate_window: nanos(DUPLICATE_WINDOW_MS),
+  });
+}
+
+/**
+ * A durable pull consumer with explicit acks. max_deliver is unlimited
+ * because the notifier counts attempts itself and dead-letters after the
+ * schedule; JetStream must never drop an event silently. ack_wait outlasts
+ * one attempt (10 s), so a live notifier is never raced by a redelivery.
+ */
+export async function ensureConsumer(jsm: JetStreamManager, t: Topology) {
+  const config = {
+    durable_name: t.consumer,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    filter_subject: `${t.eventSubjectPrefix}.>`,
+    ack_wait: nanos(30_000),
+    max_deliver: -1,
+    max_ack_pending: 1000,
+  };
+  try {
+    await jsm.consumers.add(t.eventStream, config);
+  } catch (err) {
+    // Exists with another configuration (an operator tuned it): keep theirs.
+    await jsm.consumers.info(t.eventStream, t.consumer).catch(() => {
+      throw err;
+    });
+  }
+}
+
+async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }) {
+  try {
+    // Adding a stream that exists with the same configuration succeeds, so
+    // copies starting together do not collide.
+    await jsm.streams.add({
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      discard: DiscardPolicy.Old,
+      num_replicas: 1,
+      ...config,
+    });
+  } catch (err) {
+    await jsm.streams.info(config.name).catch(() => {
+      throw err;
+    });
+  }
+}
+
+/**
+ * Connects, retrying until it succeeds or `stopped()` says to give up; once
+ * connected the client reconnects forever on its own. Answers undefined when
+ * stopped first.
+ */
+export async function connectForever(opts: {
+  natsUrl: string;
+  name: string;
+  logger: Logger;
+  stopped: () => boolean;
+  retryMs?: number;
+}): Promise<NatsConnection | undefined> {
+  const retryMs = opts.retryMs ?? 1000;
+  let warned = false;
+  while (!opts.stopped()) {
+    try {
+      const nc = await connect({
+        servers: opts.natsUrl,
+        name: opts.name,
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: retryMs,
+        pingInterval: 10_000,
+      });
+      if (opts.stopped()) {
+        await nc.close();
+        return undefined;
+      }
+      opts.logger.info({ natsUrl: opts.natsUrl }, "connected to NATS");
+      return nc;
+    } catch (err) {
+      if (!warned) opts.logger.warn({ err, natsUrl: opts.natsUrl }, "NATS unreachable; retrying in the background");
+      warned = true;
+      await new Promise((resolve) => setTimeout(resolve, retryMs));
+    }
+  }
+  return undefined;
+}

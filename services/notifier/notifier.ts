@@ -1,0 +1,161 @@
+// Builds the notifier from its parts: a health server that answers at once,
+// and, in the background, a NATS connection that never gives up, the
+// topology it needs, and a pull consumer feeding a bounded pool of attempts.
+// Copies share one durable consumer, so each event goes to one of them.
+import type { ConsumerMessages, NatsConnection } from "nats";
+import type { PaylinkEnv } from "../shared/config.js";
+import type { Logger } from "../shared/logger.js";
+import { addressPolicy } from "./address-policy.js";
+import { createDeliverer } from "./deliver.js";
+import { createHandler } from "./handle.js";
+import { serveHealth } from "./health.js";
+import {
+  connectForever,
+  DEFAULT_TOPOLOGY,
+  ensureConsumer,
+  ensureDeadLetterStream,
+  ensureEventStream,
+  type Topology,
+} from "./jetstream.js";
+import { createMetrics } from "./metrics.js";
+
+export interface NotifierOptions {
+  natsUrl: string;
+  env: PaylinkEnv;
+  /** Delays in ms between attempts (WEBHOOK_RETRY_SCHEDULE). */
+  retrySchedule: number[];
+  logger: Logger;
+  /** Health and metrics port (NOTIFIER_PORT); 0 picks a free one. */
+  port: number;
+  host?: string;
+  /** Overrides topology.consumer. */
+  consumerName?: string;
+  topology?: Partial<Topology>;
+  /** Attempts in flight at once per copy. */
+  concurrency?: number;
+  deliveryTimeoutMs?: number;
+  reconnectWaitMs?: number;
+}
+
+export async function startNotifier(opts: NotifierOptions) {
+  const { logger } = opts;
+  const topology: Topology = {
+    ...DEFAULT_TOPOLOGY,
+    ...opts.topology,
+    ...(opts.consumerName ? { consumer: opts.consumerName } : {}),
+  };
+  const concurrency = opts.concurrency ?? 64;
+  const metrics = createMetrics();
+  const deliverer = createDeliverer({ policy: addressPolicy(opts.env), timeoutMs: opts.deliveryTimeoutMs });
+
+  let nc: NatsConnection | undefined;
+  let messages: ConsumerMessages | undefined;
+  let connected = false;
+  let stopping = false;
+  const inflight = new Set<Promise<void>>();
+  let markReady: () => void = () => {};
+  const ready = new Promise<void>((resolve) => (markReady = resolve));
+
+  const health = await serveHealth({
+    port: opts.port,
+    host: opts.host,
+    ready: () => connected && messages !== undefined && !stopping,
+    metrics,
+  });
+
+  async function ensureTopology(conn: NatsConnection): Promise<void> {
+    const jsm = await conn.jetstreamManager();
+    await ensureEventStream(jsm, topology);
+    await ensureDeadLetterStream(jsm, topology);
+    await ensureConsumer(jsm, topology);
+  }
+
+  async function consume(conn: NatsConnection): Promise<void> {
+    const js = conn.jetstream();
+    const handle = createHandler({
+      js,
+      deliverer,
+      topology,
+      retrySchedule: opts.retrySchedule,
+      metrics,
+      logger,
+    });
+    const consumer = await js.consumers.get(topology.eventStream, topology.consumer);
+    messages = await consumer.consume({ max_messages: concurrency });
+    markReady();
+    logger.info({ stream: topology.eventStream, consumer: topology.consumer }, "consuming events");
+    for await (const msg of messages) {
+      if (stopping) {
+        // Buffered but not started: hand it straight back for another copy.
+        msg.nak();
+        continue;
+      }
+      while (inflight.size >= concurrency) await Promise.race(inflight);
+      const task = handle(msg).catch((err: unknown) => {
+        logger.error({ err, seq: msg.seq }, "event handling failed; retrying later");
+        msg.nak(5000);
+      });
+      inflight.add(task);
+      void task.finally(() => inflight.delete(task));
+    }
+  }
+
+  async function watch(conn: NatsConnection): Promise<void> {
+    for await (const status of conn.status()) {
+      if (status.type === "disconnect") {
+        connected = false;
+        logger.warn("NATS connection lost; waiting for it to come back");
+      } else if (status.type === "reconnect") {
+        connected = true;
+        // A server that came back without its store has lost the topology.
+        await ensureTopology(conn).catch((err: unknown) => logger.error({ err }, "cannot ensure topology"));
+      }
+    }
+  }
+
+  async function run(): Promise<void> {
+    const conn = await connectForever({
+      natsUrl: opts.natsUrl,
+      name: "paylink-notifier",
+      logger,
+      stopped: () => stopping,
+      retryMs: opts.reconnectWaitMs,
+    });
+    if (!conn) return;
+    nc = conn;
+    connected = true;
+    void watch(conn);
+    for (;;) {
+      try {
+        await ensureTopology(conn);
+        break;
+      } catch (err) {
+        if (stopping) return;
+        logger.warn({ err }, "cannot ensure the JetStream topology yet; retrying");
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+      }
+    }
+    if (!stopping) await consume(conn);
+  }
+
+  const running = run().catch((err: unknown) => logger.fatal({ err }, "notifier consumer stopped"));
+
+  return {
+    port: health.port,
+    metrics,
+    /** Resolves once consuming (tests wait on it; production need not). */
+    whenReady: () => ready,
+    async close() {
+      stopping = true;
+      await messages?.close().catch(() => {});
+      // Attempts under way finish (each within the delivery timeout) and ack.
+      await Promise.allSettled([...inflight]);
+      await running;
+      await nc?.drain().catch(() => {});
+      deliverer.close();
+      await health.close();
+    },
+  };
+}
+
+export type Notifier = Awaited<ReturnType<typeof startNotifier>>;

@@ -1,0 +1,194 @@
+// The notifier against a real NATS, a real LinkService on Postgres and real
+// HTTP receivers: the request it sends, and how it treats each kind of answer.
+import { Webhook } from "standardwebhooks";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { connect, type NatsConnection } from "nats";
+import { type Notifier, startNotifier } from "../services/notifier/notifier.js";
+import type { Topology } from "../services/notifier/jetstream.js";
+import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
+import {
+  createTestDatabase,
+  type Receiver,
+  silent,
+  startReceiver,
+  startWebhookStack,
+} from "./support/webhooks.js";
+
+const SCHEDULE = [50, 50, 50, 50];
+
+let nats: NatsServer;
+let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let nc: NatsConnection;
+beforeAll(async () => {
+  nats = await startNatsServer();
+  database = await createTestDatabase();
+  nc = await connect({ servers: nats.url });
+});
+afterAll(async () => {
+  await nc?.close();
+  await database?.drop();
+  await nats?.close();
+});
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setup(answer?: Parameters<typeof startReceiver>[0]) {
+  const topology = uniqueTopology();
+  const receiver = await startReceiver(answer);
+  cleanups.push(receiver.close);
+  const webhooks = await startWebhookStack({ natsUrl: nats.url, topology, databaseUrl: database.url });
+  cleanups.push(webhooks.close);
+  const notifier = await startNotifier({
+    natsUrl: nats.url,
+    env: "test",
+    retrySchedule: SCHEDULE,
+    logger: silent,
+    port: 0,
+    host: "127.0.0.1",
+    topology,
+    reconnectWaitMs: 100,
+  });
+  cleanups.push(notifier.close);
+  await notifier.whenReady();
+  return { topology, receiver, webhooks, notifier };
+}
+
+async function deadLetter(topology: Topology) {
+  const jsm = await nc.jetstreamManager();
+  return jsm.streams.getMessage(topology.deadLetterStream, {
+    last_by_subj: `${topology.deadLetterSubjectPrefix}.payment.completed`,
+  });
+}
+
+describe("the webhook request", () => {
+  it("carries exactly the three fields, the Api-Key and a Standard Webhooks signature", async () => {
+    const { receiver, webhooks } = await setup();
+    const apiKey = "sk_test_merchant-secret";
+    const paid = await webhooks.pay({ webhook: receiver.url, api_key: apiKey });
+
+    await waitFor(() => receiver.requests.length === 1);
+    const req = receiver.requests[0]!;
+    expect(req.path).toBe("/hook");
+    expect(JSON.parse(req.body)).toStrictEqual({
+      link_id: paid.linkId,
+      payment_id: paid.paymentId,
+      transaction_id: paid.transactionId,
+    });
+    expect(req.headers["content-type"]).toBe("application/json");
+    expect(req.headers["api-key"]).toBe(apiKey);
+    expect(req.headers["user-agent"]).toMatch(/^paylink-notifier\//);
+    expect(req.headers["webhook-id"]).toMatch(/^[0-9a-f-]{36}$/);
+    expect(Math.abs(Number(req.headers["webhook-timestamp"]) - Date.now() / 1000)).toBeLessThan(10);
+
+    const verifier = new Webhook(Buffer.from(apiKey, "utf8").toString("base64"));
+    const headers = {
+      "webhook-id": String(req.headers["webhook-id"]),
+      "webhook-timestamp": String(req.headers["webhook-timestamp"]),
+      "webhook-signature": String(req.headers["webhook-signature"]),
+    };
+    expect(verifier.verify(req.body, headers)).toStrictEqual(JSON.parse(req.body));
+    // A tampered body must not verify, or the check above proves nothing.
+    expect(() => verifier.verify(req.body.replace(paid.paymentId, "pay-forged"), headers)).toThrow();
+  });
+
+  it("sends no Api-Key or signature when the link has no api_key", async () => {
+    const { receiver, webhooks } = await setup();
+    await webhooks.pay({ webhook: receiver.url });
+    await waitFor(() => receiver.requests.length === 1);
+    const req = receiver.requests[0]!;
+    expect(req.headers["api-key"]).toBeUndefined();
+    expect(req.headers["webhook-signature"]).toBeUndefined();
+    expect(req.headers["webhook-id"]).toBeDefined();
+  });
+
+  it("acks events without a webhook address and sends nothing", async () => {
+    const { receiver, webhooks, notifier } = await setup();
+    await webhooks.pay({ api_key: "k" });
+    await waitFor(() => notifier.metrics.counts.skipped === 1);
+    expect(receiver.requests).toHaveLength(0);
+  });
+});
+
+describe("answers and retries", () => {
+  it("retries a failing receiver on the schedule: four attempts, one Webhook-Id, none after success", async () => {
+    const { receiver, webhooks, notifier } = await setup((_req, earlier) => (earlier < 3 ? 500 : 200));
+    const paid = await webhooks.pay({ webhook: receiver.url, api_key: "k" });
+
+    await waitFor(() => notifier.metrics.counts.delivered === 1);
+    const attempts = receiver.byLink(paid.linkId);
+    expect(attempts).toHaveLength(4);
+    expect(new Set(attempts.map((a) => a.headers["webhook-id"])).size).toBe(1);
+    for (let i = 1; i < attempts.length; i++) {
+      // 50 ms with ±10 % jitter between attempts.
+      expect(attempts[i]!.at - attempts[i - 1]!.at).toBeGreaterThanOrEqual(40);
+    }
+    // Longer than the whole remaining schedule: a stray retry would show up.
+    await new Promise((resolve) => setTimeout(resolve, SCHEDULE.reduce((a, b) => a + b) * 2));
+    expect(receiver.byLink(paid.linkId)).toHaveLength(4);
+  });
+
+  it("dead-letters an event whose receiver keeps failing, with its last error", async () => {
+    const { topology, receiver, webhooks, notifier } = await setup(() => 503);
+    const paid = await webhooks.pay({ webhook: receiver.url, api_key: "k" });
+
+    await waitFor(() => notifier.metrics.counts.dead_lettered === 1);
+    const attempts = receiver.byLink(paid.linkId);
+    expect(attempts).toHaveLength(SCHEDULE.length + 1);
+    const dead = await deadLetter(topology);
+    expect(dead.header.get("Paylink-Event-Id")).toBe(attempts[0]!.headers["webhook-id"]);
+    expect(dead.header.get("Paylink-Last-Error")).toMatch(/^HTTP 503/);
+    expect(dead.header.get("Paylink-Attempts")).toBe(String(SCHEDULE.length + 1));
+  });
+
+  it("counts a 3xx as a failure and does not follow it", async () => {
+    const { receiver, webhooks, notifier } = await setup((req, earlier) =>
+      req.path === "/hook" && earlier === 0 ? { status: 302, headers: { location: "/elsewhere" } } : 200,
+    );
+    const paid = await webhooks.pay({ webhook: receiver.url });
+
+    await waitFor(() => notifier.metrics.counts.delivered === 1);
+    expect(receiver.requests.map((r) => r.path)).toStrictEqual(["/hook", "/hook"]);
+    expect(receiver.byLink(paid.linkId)).toHaveLength(2);
+    expect(notifier.metrics.counts.failed_attempt).toBe(1);
+  });
+
+  it("stops at a 410", async () => {
+    const { receiver, webhooks, notifier } = await setup(() => 410);
+    const paid = await webhooks.pay({ webhook: receiver.url });
+
+    await waitFor(() => notifier.metrics.counts.gone === 1);
+    await new Promise((resolve) => setTimeout(resolve, SCHEDULE[0]! * 4));
+    expect(receiver.byLink(paid.linkId)).toHaveLength(1);
+    expect(notifier.metrics.counts.dead_lettered).toBe(0);
+  });
+});
+
+describe("health", () => {
+  it("answers healthz, readyz and metrics", async () => {
+    const { notifier } = await setup();
+    const base = `http://127.0.0.1:${notifier.port}`;
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    expect((await fetch(`${base}/readyz`)).status).toBe(200);
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    expect(metrics).toContain('paylink_notifier_webhook_events_total{outcome="delivered"} 0');
+  });
+
+  it("is not ready while NATS is unreachable, and is alive all the same", async () => {
+    const notifier = await startNotifier({
+      natsUrl: "nats://127.0.0.1:1",
+      env: "test",
+      retrySchedule: SCHEDULE,
+      logger: silent,
+      port: 0,
+      host: "127.0.0.1",
+      reconnectWaitMs: 50,
+    });
+    cleanups.push(notifier.close);
+    const base = `http://127.0.0.1:${notifier.port}`;
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    expect((await fetch(`${base}/readyz`)).status).toBe(503);
+  });
+});

@@ -1,0 +1,151 @@
+// Pieces the webhook tests share: a database of the file's own (a relay
+// claims every unpublished outbox row, so files that relay must not share
+// one), a LinkService with a relay wired to its commits, a way to pay for a
+// link, and an HTTP receiver that records what arrives.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { randomUUID } from "node:crypto";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { pino } from "pino";
+import postgres from "postgres";
+import { inject } from "vitest";
+import {
+  LinkService,
+  LinkType,
+  PaymentMethod,
+} from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { migrateDb } from "../../services/links/db.js";
+import { createRelay, type Relay, type RelayOptions } from "../../services/links/relay.js";
+import type { Topology } from "../../services/notifier/jetstream.js";
+import { startStack } from "./stack.js";
+
+export const silent = pino({ level: "silent" });
+
+/** A fresh, migrated database; drop() removes it. */
+export async function createTestDatabase() {
+  const shared = new URL(inject("databaseUrl"));
+  const admin = new URL(shared);
+  admin.pathname = "/postgres";
+  const name = `paylink_wh_${randomUUID().replaceAll("-", "").slice(0, 16)}`;
+  const sql = postgres(admin.toString(), { max: 1, onnotice: () => {} });
+  await sql.unsafe(`CREATE DATABASE ${name}`);
+  const url = new URL(shared);
+  url.pathname = `/${name}`;
+  await migrateDb(url.toString());
+  return {
+    url: url.toString(),
+    async drop() {
+      await sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await sql.end();
+    },
+  };
+}
+
+export interface WebhookStackOptions {
+  natsUrl: string;
+  topology: Topology;
+  databaseUrl: string;
+  relay?: Partial<RelayOptions> | false;
+}
+
+/** A LinkService whose commits kick a relay, as the link service's main wires them. */
+export async function startWebhookStack(opts: WebhookStackOptions) {
+  let relay: Relay | undefined;
+  const stack = await startStack({ databaseUrl: opts.databaseUrl, onEventsCommitted: () => relay?.kick() });
+  if (opts.relay !== false) {
+    relay = createRelay({
+      db: stack.db,
+      natsUrl: opts.natsUrl,
+      clock: stack.clock,
+      logger: silent,
+      topology: opts.topology,
+      pollIntervalMs: 100,
+      reconnectWaitMs: 100,
+      ...opts.relay,
+    });
+    relay.start();
+  }
+  const transport = createGrpcTransport({ baseUrl: stack.linksUrl });
+  const client = createClient(LinkService, transport);
+
+  /** Creates a link with the given metadata and pays it by bank transfer. */
+  async function pay(metadata: Record<string, string>) {
+    const { link } = await client.createLink(
+      {
+        type: LinkType.PAYMENT,
+        data: { amount: { value: 1000n, currency: "USD" }, description: "Webhook test" },
+        metadata,
+      },
+      { headers: { "client-id": "client-webhooks" } },
+    );
+    const paid = await client.completePayment({ linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
+    return { linkId: paid.linkId, paymentId: paid.paymentId, transactionId: paid.transactionId, answeredAt: performance.now() };
+  }
+
+  return {
+    stack,
+    relay,
+    client,
+    pay,
+    async close() {
+      await relay?.close();
+      await stack.close();
+    },
+  };
+}
+
+export interface Received {
+  at: number;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+/**
+ * A webhook receiver on 127.0.0.1. `answer` picks the status for each request
+ * (given how many earlier requests carried the same Webhook-Id); 200 by default.
+ */
+export async function startReceiver(
+  answer: (req: Received, earlier: number) => number | { status: number; headers?: Record<string, string> } = () => 200,
+) {
+  const requests: Received[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const received: Received = {
+        at: performance.now(),
+        path: req.url ?? "/",
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString("utf8"),
+      };
+      const id = req.headers["webhook-id"];
+      const earlier = requests.filter((r) => r.headers["webhook-id"] === id).length;
+      requests.push(received);
+      const a = answer(received, earlier);
+      const { status, headers } = typeof a === "number" ? { status: a, headers: {} } : a;
+      res.writeHead(status, headers).end("ok");
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    port,
+    url: `http://127.0.0.1:${port}/hook`,
+    requests,
+    byId(id: string) {
+      return requests.filter((r) => r.headers["webhook-id"] === id);
+    },
+    byLink(linkId: string) {
+      return requests.filter((r) => (JSON.parse(r.body) as { link_id?: string }).link_id === linkId);
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+export type Receiver = Awaited<ReturnType<typeof startReceiver>>;
