@@ -114,7 +114,7 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
 </section>
 <footer class="footer">
   <p>Your card details are sent securely and are never stored.</p>
-  ${expiresAt ? html`<p>This payment link expires ${expiresAt}.</p>` : ""}
+  ${expiresAt ? html`<p id="expiry-note">This payment link expires ${expiresAt}.</p>` : ""}
 </footer>
 </main>`;
   return documentOf(`Pay ${total}${data.merchantName ? ` to ${data.merchantName}` : ""}`, body, { script: true });

@@ -105,6 +105,8 @@
       return;
     }
     form.hidden = true;
+    var expiryNote = document.getElementById("expiry-note");
+    if (expiryNote) expiryNote.hidden = true; // paid: the deadline no longer matters
     document.getElementById("payment-id").textContent = result.payment_id || "";
     success.hidden = false;
     success.focus();

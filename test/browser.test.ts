@@ -1,0 +1,198 @@
+// A customer in a real browser: Debian's Chromium driven by playwright-core
+// (never a downloaded browser) against the started gateway and service.
+import { mkdirSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { eq } from "drizzle-orm";
+import { type Browser, chromium, type Page } from "playwright-core";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { payments } from "../services/links/schema.js";
+import { api, type Stack, startStack } from "./support/stack.js";
+
+const ARTIFACTS = "test-artifacts";
+const CHECKOUT_HOST = "checkout.test";
+
+let stack: Stack;
+let browser: Browser;
+let merchant: Server;
+let merchantUrl: string;
+
+beforeAll(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  stack = await startStack({ checkoutBaseUrl: `http://${CHECKOUT_HOST}` });
+  // The merchant's site, where redirect_url points.
+  merchant = createServer((req, res) => {
+    res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+    res.end(`<!doctype html><title>Thanks</title><h1>Thanks for your order</h1><p>${req.url}</p>`);
+  });
+  await new Promise<void>((resolve) => merchant.listen(0, "127.0.0.1", resolve));
+  merchantUrl = `http://127.0.0.1:${(merchant.address() as AddressInfo).port}`;
+  const gatewayPort = new URL(stack.gatewayUrl).port;
+  browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      // Links carry CHECKOUT_BASE_URL; the browser resolves its host to the
+      // gateway's port, so the test opens each link's real url.
+      `--host-resolver-rules=MAP ${CHECKOUT_HOST} 127.0.0.1:${gatewayPort}`,
+    ],
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await new Promise((resolve) => merchant?.close(resolve));
+  await stack?.close();
+});
+
+async function createLink(data: Record<string, unknown>) {
+  const res = await api(stack, "POST", "/v1/links", {
+    body: {
+      type: "payment",
+      data: { amount: { value: 42.5, currency: "USD" }, merchant_name: "Northwind Coffee", ...data },
+      metadata: { api_key: "sk_never_shown", webhook: "https://hooks.example/paid" },
+    },
+  });
+  expect(res.status, res.text).toBe(201);
+  return res.body as { id: string; url: string };
+}
+
+/** A page that records console errors (CSP refusals among them), script errors and every host it contacts. */
+async function newPage(options: Parameters<Browser["newContext"]>[0] = {}) {
+  const context = await browser.newContext({ locale: "en-US", ...options });
+  const page = await context.newPage();
+  const problems: string[] = [];
+  const hosts = new Set<string>();
+  page.on("console", (msg) => {
+    // Expected 402/409 answers are logged as failed loads; anything else is a fault.
+    if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) problems.push(msg.text());
+  });
+  page.on("pageerror", (err) => problems.push(err.message));
+  page.on("request", (req) => hosts.add(new URL(req.url()).host));
+  return { page, problems, hosts, close: () => context.close() };
+}
+
+const shot = (page: Page, name: string) => page.screenshot({ path: `${ARTIFACTS}/checkout-${name}.png`, fullPage: true });
+const yy = String(new Date().getFullYear() + 2).slice(-2);
+
+it("pays by card after a decline, lands on redirect_url, and the link then shows 409", async () => {
+  const link = await createLink({
+    description: "Order #1042",
+    items: [
+      { name: "House blend, 1 kg", quantity: 2, amount: 18 },
+      { name: "Paper filters", description: "Pack of 100", quantity: 1, amount: 6.5 },
+    ],
+    customer: { name: "Ada Lovelace", email: "ada@example.com" },
+    redirect_url: `${merchantUrl}/thanks?order=1042`,
+    cancel_url: `${merchantUrl}/cart`,
+  });
+  expect(link.url).toBe(`http://${CHECKOUT_HOST}/link/${link.id}`);
+  const { page, problems, hosts, close } = await newPage();
+
+  const opened = await page.goto(link.url);
+  expect(opened!.status()).toBe(200);
+  await expect.poll(() => page.title()).toBe("Pay $42.50 to Northwind Coffee");
+  const body = await page.locator("body").innerText();
+  for (const text of ["Northwind Coffee", "Order #1042", "House blend, 1 kg", "2 × $18.00", "$36.00", "Pack of 100", "ada@example.com"]) {
+    expect(body).toContain(text);
+  }
+  expect(body).not.toContain("sk_never_shown");
+  expect(await page.getByLabel("Name on card").inputValue()).toBe("Ada Lovelace");
+  expect(await page.getByRole("link", { name: "Cancel and return to Northwind Coffee" }).getAttribute("href")).toBe(
+    `${merchantUrl}/cart`,
+  );
+  const payButton = page.getByRole("button", { name: "Pay $42.50" });
+  await shot(page, "form");
+
+  // Client-side checks catch a mistyped number and a past expiry before any request.
+  await page.getByLabel("Card number").fill("4242 4242 4242 4241");
+  await page.getByLabel("Expiry date").fill("01/20");
+  await page.getByLabel("Security code (CVC)").fill("123");
+  await payButton.click();
+  const live = page.getByRole("status");
+  await expect.poll(() => live.innerText()).toContain("card number is not valid");
+  expect(await page.getByLabel("Card number").getAttribute("aria-invalid")).toBe("true");
+  expect(await page.getByLabel("Expiry date").getAttribute("aria-invalid")).toBe("true");
+  expect(await page.locator("#card-expiry-error").innerText()).toBe("This card has expired.");
+  expect(await page.evaluate(() => document.activeElement?.id)).toBe("card-number");
+  expect(await stack.db.select().from(payments).where(eq(payments.linkId, link.id))).toHaveLength(0);
+
+  // A declined card: the error is announced and the form stays usable.
+  await page.getByLabel("Card number").fill("4000 0000 0000 0002");
+  await page.getByLabel("Expiry date").fill(`12/${yy}`);
+  await page.getByLabel("Security code (CVC)").press("Enter");
+  await expect.poll(() => live.innerText()).toContain("Card was declined");
+  expect(await payButton.isEnabled()).toBe(true);
+  await shot(page, "declined");
+
+  // The retry with a good card takes the customer to the merchant with the ids.
+  await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+  await Promise.all([page.waitForURL(`${merchantUrl}/thanks**`), payButton.click()]);
+  const landed = new URL(page.url());
+  expect(landed.searchParams.get("order")).toBe("1042");
+  expect(landed.searchParams.get("link_id")).toBe(link.id);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(landed.searchParams.get("payment_id")).toBe(payment!.id);
+  expect(payment!.cardLast4).toBe("4242");
+
+  // Back to the link: it has been used.
+  const again = await page.goto(link.url);
+  expect(again!.status()).toBe(409);
+  expect(await page.getByRole("heading", { level: 2 }).innerText()).toBe("This payment link has already been used");
+  await shot(page, "used-409");
+
+  expect(problems).toEqual([]);
+  // Nothing but the checkout itself and the merchant's own redirect target.
+  expect([...hosts].sort()).toEqual([CHECKOUT_HOST, new URL(merchantUrl).host].sort());
+  await close();
+});
+
+it("works on a phone-sized screen and by keyboard alone", async () => {
+  const link = await createLink({
+    description: "Monthly subscription — 1 × espresso beans, delivered",
+    items: [{ name: "Espresso beans with a rather long product name that must wrap", quantity: 3, amount: 14.15 }],
+  });
+  const { page, problems, close } = await newPage({ viewport: { width: 375, height: 740 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+  await page.goto(link.url);
+  // Nothing wider than the screen.
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+  await shot(page, "phone");
+
+  // Tab into the method choice, switch to bank transfer with an arrow key, Tab to Pay.
+  await page.keyboard.press("Tab");
+  expect(await page.evaluate(() => (document.activeElement as HTMLInputElement).value)).toBe("card");
+  await page.keyboard.press("ArrowRight");
+  expect(await page.getByLabel("Bank transfer").isChecked()).toBe(true);
+  expect(await page.getByLabel("Card number").isVisible()).toBe(false);
+  await page.keyboard.press("Tab");
+  expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Pay $42.50");
+  await page.keyboard.press("Enter");
+  // No redirect_url: the page itself says the payment is done.
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible()).toBe(true);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(payment!.method).toBe("bank_transfer");
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  expect(await page.locator("#expiry-note").isVisible()).toBe(false);
+  await shot(page, "phone-paid");
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("shows the 410 page for an expired link and the 404 page for an unknown one", async () => {
+  const link = await createLink({ description: "Too late" });
+  await api(stack, "POST", `/v1/links/${link.id}/expire`);
+  const { page, close } = await newPage();
+  expect((await page.goto(link.url))!.status()).toBe(410);
+  expect(await page.getByRole("heading", { level: 2 }).innerText()).toBe("This payment link has expired");
+  await shot(page, "expired-410");
+  expect((await page.goto(`http://${CHECKOUT_HOST}/link/lnk-unknown`))!.status()).toBe(404);
+  expect(await page.getByRole("heading", { level: 2 }).innerText()).toBe("Payment link not found");
+  await close();
+});
