@@ -1,5 +1,6 @@
 // The customer's checkout over real sockets: the page at /link/{id} and
 // POST /link/{id}/pay, against a started gateway, LinkService and Postgres.
+import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -208,6 +209,8 @@ describe("POST /link/{id}/pay", () => {
     ["a number failing Luhn", { payment_method: "card", card: { ...goodCard, number: "4242424242424241" } }, "Invalid card number"],
     ["letters in the number", { payment_method: "card", card: { ...goodCard, number: "4242abcd42424242" } }, "Invalid card number"],
     ["a past expiry", { payment_method: "card", card: { ...goodCard, exp_year: 2020 } }, "Card has expired"],
+    ["a two-digit past year", { payment_method: "card", card: { ...goodCard, exp_year: 20 } }, "Card has expired"],
+    ["a negative year", { payment_method: "card", card: { ...goodCard, exp_year: -1 } }, "card.exp_year must be a year such as 2030"],
     ["a bad month", { payment_method: "card", card: { ...goodCard, exp_month: 13 } }, "card.exp_month must be an integer from 1 to 12"],
     ["a short CVC", { payment_method: "card", card: { ...goodCard, cvc: "1" } }, "card.cvc must be 3 or 4 digits"],
     ["no method", { card: goodCard }, "payment_method is required"],
@@ -243,6 +246,19 @@ describe("POST /link/{id}/pay", () => {
       expect(res.status, type).toBe(415);
       expect(res.body).toEqual({ error: "Content-Type must be application/json" });
     }
+    // A body with no Content-Type at all.
+    const bare = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const json = JSON.stringify({ payment_method: "bank_transfer" });
+      const req = request(`${stack.gatewayUrl}/link/${id}/pay`, { method: "POST", headers: { "content-length": Buffer.byteLength(json) } }, (res) => {
+        let body = "";
+        res.on("data", (chunk) => (body += chunk));
+        res.on("end", () => resolve({ status: res.statusCode!, body }));
+      });
+      req.on("error", reject);
+      req.end(json);
+    });
+    expect(bare.status).toBe(415);
+    expect(JSON.parse(bare.body)).toEqual({ error: "Content-Type must be application/json" });
     const broken = await api(stack, "POST", `/link/${id}/pay`, { clientId: null, rawBody: "{not json", headers: { "content-type": "application/json" } });
     expect(broken.status).toBe(400);
     expect(broken.body).toEqual({ error: "Invalid JSON data" });
