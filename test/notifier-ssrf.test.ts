@@ -1,0 +1,159 @@
+// The SSRF guard: which addresses production refuses, that the refusal
+// happens on the address a name resolves to (not only on literal hosts), and
+// that the test environment still reaches loopback receivers.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type NatsConnection } from "nats";
+import { addressPolicy, guardedLookup, RefusedAddressError, refusalReason } from "../services/notifier/address-policy.js";
+import { createDeliverer } from "../services/notifier/deliver.js";
+import { startNotifier } from "../services/notifier/notifier.js";
+import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
+import { createTestDatabase, type Receiver, silent, startReceiver, startWebhookStack } from "./support/webhooks.js";
+
+describe("refusalReason", () => {
+  it.each([
+    ["127.0.0.1", "loopback"],
+    ["127.8.9.10", "loopback"],
+    ["10.1.2.3", "private"],
+    ["172.16.0.1", "private"],
+    ["192.168.1.1", "private"],
+    ["169.254.169.254", "metadata"],
+    ["169.254.1.1", "linkLocal"],
+    ["100.64.0.1", "carrierGradeNat"],
+    ["100.100.100.200", "metadata"],
+    ["0.0.0.0", "unspecified"],
+    ["255.255.255.255", "broadcast"],
+    ["224.0.0.1", "multicast"],
+    ["::1", "loopback"],
+    ["::", "unspecified"],
+    ["fe80::1", "linkLocal"],
+    ["fd00:ec2::254", "metadata"],
+    ["fc00::1", "uniqueLocal"],
+    ["::ffff:127.0.0.1", "loopback"],
+    ["::ffff:10.0.0.1", "private"],
+    ["64:ff9b::7f00:1", "loopback"],
+  ])("refuses %s (%s)", (ip, kind) => {
+    expect(refusalReason(ip)).toContain(kind);
+  });
+
+  it.each(["8.8.8.8", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"])(
+    "allows the public address %s",
+    (ip) => {
+      expect(refusalReason(ip)).toBeUndefined();
+    },
+  );
+});
+
+describe("guardedLookup", () => {
+  it("refuses a name that resolves only to loopback", async () => {
+    for (const all of [false, true]) {
+      const err = await new Promise<Error | null>((resolve) =>
+        guardedLookup("localhost", { all }, (e) => resolve(e as Error | null)),
+      );
+      expect(err).toBeInstanceOf(RefusedAddressError);
+      expect(err!.message).toContain("loopback");
+    }
+  });
+});
+
+describe("one delivery attempt", () => {
+  let receiver: Receiver;
+  beforeAll(async () => {
+    receiver = await startReceiver();
+  });
+  afterAll(() => receiver?.close());
+
+  const hook = (url: string) => ({
+    url,
+    id: "3f1d3b7e-2b8a-4a47-9a57-0f7b9f1e2d3c",
+    apiKey: "k",
+    linkId: "lnk-1",
+    paymentId: "pay-1",
+    transactionId: "txn-1",
+  });
+
+  it("production refuses loopback, private and metadata targets, literal or by name", async () => {
+    const deliverer = createDeliverer({ policy: addressPolicy("production") });
+    try {
+      for (const url of [
+        `http://127.0.0.1:${receiver.port}/hook`,
+        `http://localhost:${receiver.port}/hook`,
+        `http://[::1]:${receiver.port}/hook`,
+        `http://[::ffff:127.0.0.1]:${receiver.port}/hook`,
+        "http://10.0.0.1/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fd00:ec2::254]/",
+        "http://0.0.0.0/",
+      ]) {
+        const outcome = await deliverer.deliver(hook(url));
+        expect(outcome.kind, url).toBe("refused");
+      }
+      expect(receiver.requests).toHaveLength(0);
+    } finally {
+      deliverer.close();
+    }
+  });
+
+  it("production refuses schemes other than http and https", async () => {
+    const deliverer = createDeliverer({ policy: addressPolicy("production") });
+    expect((await deliverer.deliver(hook("file:///etc/passwd"))).kind).toBe("refused");
+    deliverer.close();
+  });
+
+  it("the test environment delivers to loopback, by address and by name", async () => {
+    const deliverer = createDeliverer({ policy: addressPolicy("test") });
+    try {
+      for (const url of [`http://127.0.0.1:${receiver.port}/hook`, `http://localhost:${receiver.port}/hook`]) {
+        expect(await deliverer.deliver(hook(url))).toStrictEqual({ kind: "delivered", status: 200 });
+      }
+    } finally {
+      deliverer.close();
+    }
+  });
+});
+
+describe("a production notifier", () => {
+  let nats: NatsServer;
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+  let nc: NatsConnection;
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    database = await createTestDatabase();
+    nc = await connect({ servers: nats.url });
+  });
+  afterAll(async () => {
+    await nc?.close();
+    await database?.drop();
+    await nats?.close();
+  });
+
+  it("dead-letters a webhook whose name resolves to loopback, without connecting", async () => {
+    const topology = uniqueTopology();
+    const receiver = await startReceiver();
+    const webhooks = await startWebhookStack({ natsUrl: nats.url, topology, databaseUrl: database.url });
+    const notifier = await startNotifier({
+      natsUrl: nats.url,
+      env: "production",
+      retrySchedule: [50, 50],
+      logger: silent,
+      port: 0,
+      host: "127.0.0.1",
+      topology,
+    });
+    try {
+      await notifier.whenReady();
+      await webhooks.pay({ webhook: `http://localhost:${receiver.port}/hook` });
+      await waitFor(() => notifier.metrics.counts.dead_lettered === 1);
+      expect(notifier.metrics.counts.refused).toBe(1);
+      expect(receiver.requests).toHaveLength(0);
+      const jsm = await nc.jetstreamManager();
+      const dead = await jsm.streams.getMessage(topology.deadLetterStream, {
+        last_by_subj: `${topology.deadLetterSubjectPrefix}.payment.completed`,
+      });
+      expect(dead.header.get("Paylink-Last-Error")).toContain("loopback");
+    } finally {
+      await notifier.close();
+      await webhooks.close();
+      await receiver.close();
+    }
+  });
+});

@@ -1,0 +1,194 @@
+// The outbox relay against real Postgres and a real nats-server: it publishes
+// on commit rather than on the poll, marks a row only after JetStream acks it,
+// lets the stream drop re-published copies, shares rows between copies
+// without double-publishing, and cleans up after the retention period.
+import { fromBinary } from "@bufbuild/protobuf";
+import { eq, isNull } from "drizzle-orm";
+import { connect, type JetStreamManager, type NatsConnection } from "nats";
+import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
+import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
+import { createDb } from "../services/links/db.js";
+import { createRelay } from "../services/links/relay.js";
+import { outbox } from "../services/links/schema.js";
+import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
+import { createTestDatabase, silent, startWebhookStack } from "./support/webhooks.js";
+
+let nats: NatsServer;
+let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let nc: NatsConnection;
+let jsm: JetStreamManager;
+let own: ReturnType<typeof createDb>;
+beforeAll(async () => {
+  nats = await startNatsServer();
+  database = await createTestDatabase();
+  own = createDb(database.url, { max: 1 });
+  nc = await connect({ servers: nats.url });
+  jsm = await nc.jetstreamManager();
+});
+afterAll(async () => {
+  await own?.close();
+  await nc?.close();
+  await database?.drop();
+  await nats?.close();
+});
+
+type WebhookStack = Awaited<ReturnType<typeof startWebhookStack>>;
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  // A row a test left behind must not be published into the next test's stream.
+  await own.db.update(outbox).set({ publishedAt: new Date() }).where(isNull(outbox.publishedAt));
+});
+
+async function stack(relay: Parameters<typeof startWebhookStack>[0]["relay"], topology = uniqueTopology()) {
+  const webhooks = await startWebhookStack({ natsUrl: nats.url, topology, databaseUrl: database.url, relay });
+  cleanups.push(webhooks.close);
+  return { webhooks, topology, db: webhooks.stack.db };
+}
+
+async function rowFor(db: WebhookStack["stack"]["db"], linkId: string) {
+  const rows = await db.select().from(outbox);
+  const row = rows.find((r) => fromBinary(EventSchema, r.payload).linkId === linkId);
+  if (!row) throw new Error(`no outbox row for ${linkId}`);
+  return row;
+}
+
+async function messages(stream: string): Promise<number> {
+  return (await jsm.streams.info(stream)).state.messages;
+}
+
+it("publishes right after the commit, without waiting for the poll", async () => {
+  const { webhooks, topology, db } = await stack({ pollIntervalMs: 3_600_000 });
+  await webhooks.relay!.whenReady();
+
+  const paid = await webhooks.pay({ webhook: "http://127.0.0.1:9/hook" });
+  await waitFor(async () => (await rowFor(db, paid.linkId)).publishedAt !== null, 2000);
+  expect(await messages(topology.eventStream)).toBe(1);
+
+  const row = await rowFor(db, paid.linkId);
+  const msg = await jsm.streams.getMessage(topology.eventStream, { seq: 1 });
+  expect(msg.subject).toBe(`${topology.eventSubjectPrefix}.payment.completed`);
+  expect(msg.header.get("Nats-Msg-Id")).toBe(row.id);
+  expect(fromBinary(EventSchema, msg.data).id).toBe(row.id);
+});
+
+it("falls back to the poll when no kick comes", async () => {
+  const { webhooks, topology, db } = await stack(false);
+  const relay = createRelay({
+    db,
+    natsUrl: nats.url,
+    clock: webhooks.stack.clock,
+    logger: silent,
+    topology,
+    pollIntervalMs: 50,
+  });
+  relay.start();
+  cleanups.push(relay.close);
+  await relay.whenReady();
+
+  const paid = await webhooks.pay({});
+  await waitFor(async () => (await rowFor(db, paid.linkId)).publishedAt !== null, 2000);
+  expect(await messages(topology.eventStream)).toBe(1);
+});
+
+it("re-publishing an event is dropped by the stream (Nats-Msg-Id)", async () => {
+  const { webhooks, topology, db } = await stack({ pollIntervalMs: 50 });
+  await webhooks.relay!.whenReady();
+  const paid = await webhooks.pay({});
+  await waitFor(async () => (await rowFor(db, paid.linkId)).publishedAt !== null);
+
+  // As if the relay had crashed after the ack but before marking the row.
+  const row = await rowFor(db, paid.linkId);
+  await db.update(outbox).set({ publishedAt: null }).where(eq(outbox.id, row.id));
+  await waitFor(async () => (await rowFor(db, paid.linkId)).publishedAt !== null);
+  expect(await messages(topology.eventStream)).toBe(1);
+});
+
+it("marks a row published only after JetStream acks it", async () => {
+  const topology = uniqueTopology();
+  // A stream that takes one message and refuses the rest.
+  await jsm.streams.add({
+    name: topology.eventStream,
+    subjects: [`${topology.eventSubjectPrefix}.>`],
+    max_msgs: 1,
+    discard: "new" as never,
+  });
+  const { webhooks, db } = await stack({ pollIntervalMs: 50 }, topology);
+  await webhooks.relay!.whenReady();
+
+  const first = await webhooks.pay({});
+  await waitFor(async () => (await rowFor(db, first.linkId)).publishedAt !== null);
+  const second = await webhooks.pay({});
+  // Several poll passes: each is refused, and the row stays unpublished.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  expect((await rowFor(db, second.linkId)).publishedAt).toBeNull();
+  expect(await messages(topology.eventStream)).toBe(1);
+
+  await jsm.streams.update(topology.eventStream, { max_msgs: -1 });
+  await waitFor(async () => (await rowFor(db, second.linkId)).publishedAt !== null);
+  expect(await messages(topology.eventStream)).toBe(2);
+});
+
+it("two relays share the outbox without publishing a row twice", async () => {
+  const topology = uniqueTopology();
+  // A core subscription sees every publish, including copies the stream's
+  // duplicate window would hide.
+  const published: string[] = [];
+  const sub = nc.subscribe(`${topology.eventSubjectPrefix}.>`, {
+    callback: (_err, msg) => published.push(msg.headers?.get("Nats-Msg-Id") ?? ""),
+  });
+  cleanups.push(async () => sub.unsubscribe());
+  const { webhooks, db } = await stack({ pollIntervalMs: 20, batchSize: 5 }, topology);
+  const other = createRelay({
+    db,
+    natsUrl: nats.url,
+    clock: webhooks.stack.clock,
+    logger: silent,
+    topology,
+    pollIntervalMs: 20,
+    batchSize: 5,
+  });
+  other.start();
+  cleanups.push(other.close);
+  await Promise.all([webhooks.relay!.whenReady(), other.whenReady()]);
+
+  // Each commit kicks both copies, so they race for the same rows.
+  await Promise.all(
+    Array.from({ length: 50 }, async () => {
+      await webhooks.pay({});
+      other.kick();
+    }),
+  );
+  await waitFor(async () => (await db.select().from(outbox).where(isNull(outbox.publishedAt))).length === 0);
+  // Let both relays run a few more passes before counting.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  await nc.flush();
+  expect(published).toHaveLength(50);
+  expect(new Set(published).size).toBe(50);
+  expect(await messages(topology.eventStream)).toBe(50);
+});
+
+it("deletes published rows after the retention period, and never unpublished ones", async () => {
+  const { webhooks, db } = await stack({ pollIntervalMs: 20, retentionMs: 3_600_000, cleanupIntervalMs: 20 });
+  const clock = webhooks.stack.clock;
+  await webhooks.relay!.whenReady();
+
+  const old = await webhooks.pay({});
+  await waitFor(async () => (await rowFor(db, old.linkId)).publishedAt !== null);
+  const oldId = (await rowFor(db, old.linkId)).id;
+  clock.advance(2 * 3_600_000);
+  const recent = await webhooks.pay({});
+  await waitFor(async () => (await rowFor(db, recent.linkId)).publishedAt !== null);
+
+  await waitFor(async () => (await db.select().from(outbox).where(eq(outbox.id, oldId))).length === 0);
+  expect((await rowFor(db, recent.linkId)).publishedAt).not.toBeNull();
+
+  // An unpublished row is never cleaned up, however old.
+  await webhooks.relay!.close();
+  const pending = await webhooks.pay({});
+  clock.advance(10 * 3_600_000);
+  const relay = createRelay({ db, natsUrl: "nats://127.0.0.1:1", clock, logger: silent, retentionMs: 3_600_000 });
+  expect(await relay.cleanup()).toBeGreaterThanOrEqual(1);
+  expect((await rowFor(db, pending.linkId)).publishedAt).toBeNull();
+  await relay.close();
+});
