@@ -53,6 +53,14 @@ export function fields(value: unknown, path: string, allowed: readonly string[])
 export function string(value: unknown, path: string): string | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== "string") throw badRequest(`${path} must be a string`);
+  return unicode(value, path);
+}
+
+// JSON can spell a lone UTF-16 surrogate ("\ud800"); protobuf's UTF-8 cannot,
+// and would silently turn it into U+FFFD. Refuse it instead.
+const LONE_SURROGATE = /\p{Surrogate}/u;
+function unicode(value: string, path: string): string {
+  if (LONE_SURROGATE.test(value)) throw badRequest(`${path} must be valid Unicode text`);
   return value;
 }
 
@@ -155,7 +163,9 @@ function metadataFromJson(value: unknown): Record<string, string> {
   if (value === undefined) return {};
   if (!isObject(value)) throw badRequest("metadata must be an object");
   for (const [key, v] of Object.entries(value)) {
+    unicode(key, `metadata key ${JSON.stringify(key.slice(0, 60))}`);
     if (typeof v !== "string") throw badRequest(`metadata.${key} must be a string`);
+    unicode(v, `metadata.${key}`);
   }
   return value as Record<string, string>;
 }

@@ -270,6 +270,22 @@ describe("validation (400 naming the field)", () => {
     ["metadata webhook not a URL", (b) => (b.metadata = { webhook: "not a url" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     ["metadata webhook ftp:", (b) => (b.metadata = { webhook: "ftp://hooks.test/" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     ["metadata webhook 2049", (b) => (b.metadata = { webhook: `https://hooks.test/${"w".repeat(2049 - 19)}` }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
+    // U+0000, which Postgres cannot store, anywhere a string is kept
+    ["NUL in description", (b) => (b.data.description = "a\u0000b"), "data.description must not contain NUL characters"],
+    ["NUL in an item name", (b) => (b.data.items = [item({ name: "\u0000" })]), "data.items[0].name must not contain NUL characters"],
+    ["NUL in an item description", (b) => (b.data.items = [item({ description: "\u0000" })]), "data.items[0].description must not contain NUL characters"],
+    ["NUL in merchant_id", (b) => (b.data.merchant_id = "m\u0000"), "data.merchant_id must not contain NUL characters"],
+    ["NUL in merchant_name", (b) => (b.data.merchant_name = "m\u0000"), "data.merchant_name must not contain NUL characters"],
+    ["NUL in customer name", (b) => (b.data.customer = { name: "\u0000" }), "data.customer.name must not contain NUL characters"],
+    ["NUL in customer email", (b) => (b.data.customer = { email: "a\u0000@b.test" }), "data.customer.email must not contain NUL characters"],
+    ["NUL in redirect_url", (b) => (b.data.redirect_url = "https://shop.test/\u0000"), "data.redirect_url must not contain NUL characters"],
+    ["NUL in a metadata value", (b) => (b.metadata = { order: "\u0000" }), "metadata.order must not contain NUL characters"],
+    ["NUL in a metadata key", (b) => (b.metadata = { "k\u0000": "v" }), 'metadata key "k\\u0000" must not contain NUL characters'],
+    ["NUL in metadata webhook", (b) => (b.metadata = { webhook: "https://hooks.test/\u0000" }), "metadata.webhook must not contain NUL characters"],
+    // a lone surrogate, which JSON can spell and UTF-8 cannot
+    ["a lone surrogate in description", (b) => (b.data.description = "a\ud800b"), "data.description must be valid Unicode text"],
+    ["a lone surrogate in an item name", (b) => (b.data.items = [item({ name: "\udc00" })]), "data.items[0].name must be valid Unicode text"],
+    ["a lone surrogate in a metadata value", (b) => (b.metadata = { order: "\ud800" }), "metadata.order must be valid Unicode text"],
     // unknown fields, anywhere outside metadata
     ["top-level foo", (b) => (b.foo = 1), "Unknown field foo"],
     ["expire_in (a typo)", (b) => (b.expire_in = 60), "Unknown field expire_in"],

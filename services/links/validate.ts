@@ -70,6 +70,8 @@ function validateData(data: LinkData): LinkData {
   if (data.customer) {
     optionalText("data.customer.name", data.customer.name, 200);
     const { email, phone } = data.customer;
+    if (email !== undefined) noNul("data.customer.email", email);
+    if (phone !== undefined) noNul("data.customer.phone", phone);
     if (email !== undefined && (length(email) > 254 || !/^[^\s@]+@[^\s@]+$/.test(email))) {
       throw invalid("data.customer.email must be an email address (local@domain) of at most 254 characters");
     }
@@ -98,10 +100,11 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
   const keys = Object.keys(metadata);
   if (keys.length > 50) throw invalid("metadata must have at most 50 keys");
   for (const key of keys) {
-    if (length(key) < 1 || length(key) > 40) {
-      throw invalid(`metadata key ${JSON.stringify(key.slice(0, 60))} must be 1 to 40 characters`);
-    }
+    const name = `metadata key ${JSON.stringify(key.slice(0, 60))}`;
+    if (length(key) < 1 || length(key) > 40) throw invalid(`${name} must be 1 to 40 characters`);
+    noNul(name, key);
     const value = metadata[key]!;
+    noNul(`metadata.${key}`, value);
     if (key === "webhook") httpUrl("metadata.webhook", value);
     else if (length(value) > 500) throw invalid(`metadata.${key} must be at most 500 characters`);
   }
@@ -142,7 +145,13 @@ function length(value: string): number {
   return n;
 }
 
+/** Postgres stores no U+0000 in text or jsonb; refuse it rather than fail. */
+function noNul(path: string, value: string): void {
+  if (value.includes("\0")) throw invalid(`${path} must not contain NUL characters`);
+}
+
 function text(path: string, value: string, min: number, max: number, notBlank = false): void {
+  noNul(path, value);
   const n = length(value);
   if (n < min || n > max || (notBlank && value.trim() === "")) {
     throw invalid(`${path} must be ${min} to ${max} characters${notBlank ? " and not blank" : ""}`);
@@ -150,10 +159,12 @@ function text(path: string, value: string, min: number, max: number, notBlank = 
 }
 
 function optionalText(path: string, value: string | undefined, max: number): void {
+  if (value !== undefined) noNul(path, value);
   if (value !== undefined && length(value) > max) throw invalid(`${path} must be at most ${max} characters`);
 }
 
 function httpUrl(path: string, value: string): void {
+  noNul(path, value);
   let url: URL | undefined;
   try {
     url = new URL(value);

@@ -1,0 +1,209 @@
+// The LinkService as other stacks see it on the network: a grpc-js client
+// built from our .proto files alone, and connect-es clients speaking
+// Connect, gRPC and gRPC-Web. Same rules and messages as REST.
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { v7 as uuidv7 } from "uuid";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
+import {
+  LinkService,
+  LinkStatus,
+  LinkType,
+  PaymentMethod,
+} from "../proto/gen/paylink/v1/link_service_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { CreateLinkRequestSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { api, type Stack, startStack } from "./support/stack.js";
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.close());
+
+const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+describe("grpc-js with @grpc/proto-loader, from the .proto files alone", () => {
+  type Call = (req: object, md: grpc.Metadata) => Promise<any>;
+  let client: grpc.Client & Record<string, any>;
+  let createLink: Call;
+  let getLink: Call;
+
+  beforeAll(() => {
+    const definition = protoLoader.loadSync("paylink/v1/link_service.proto", {
+      includeDirs: [fileURLToPath(new URL("../proto", import.meta.url))],
+      keepCase: true,
+      longs: String,
+      enums: String,
+      defaults: false,
+    });
+    const pkg = grpc.loadPackageDefinition(definition) as any;
+    client = new pkg.paylink.v1.LinkService(stack.linksUrl.replace("http://", ""), grpc.credentials.createInsecure());
+    createLink = promisify(client.CreateLink.bind(client)) as Call;
+    getLink = promisify(client.GetLink.bind(client)) as Call;
+  });
+  afterAll(() => client?.close());
+
+  const as = (clientId?: string) => {
+    const md = new grpc.Metadata();
+    if (clientId !== undefined) md.set("client-id", clientId);
+    return md;
+  };
+  const request = (over: Record<string, unknown> = {}) => ({
+    type: "LINK_TYPE_PAYMENT",
+    expires_in: 600,
+    data: { amount: { value: "1050", currency: "usd" }, description: "Coffee beans" },
+    metadata: { api_key: "sk_grpc", order: "7" },
+    ...over,
+  });
+  const failure = (promise: Promise<unknown>) =>
+    promise.then(
+      () => {
+        throw new Error("expected the call to fail");
+      },
+      // grpc-js decodes grpc-message with decodeURI, which leaves reserved
+      // characters such as "," percent-encoded; connect-es encodes them all.
+      (err: grpc.ServiceError) => ({ code: err.code, message: decodeURIComponent(err.details) }),
+    );
+
+  it("CreateLink then GetLink over the network", async () => {
+    const { link } = await createLink(request(), as("client-grpc"));
+    expect(link.id).toMatch(LINK_ID);
+    expect(link).toMatchObject({
+      url: `http://checkout.test/link/${link.id}`,
+      type: "LINK_TYPE_PAYMENT",
+      status: "LINK_STATUS_CREATED",
+      client_id: "client-grpc",
+      data: { amount: { value: "1050", currency: "USD" }, description: "Coffee beans" },
+      metadata: { api_key: "sk_grpc", order: "7" },
+    });
+    expect(Number(link.expires_at.seconds) - Number(link.created_at.seconds)).toBe(600);
+    const got = await getLink({ id: link.id }, as("client-grpc"));
+    expect(got.link).toEqual(link);
+    // REST sees the same link, the minor units back in major units.
+    const rest = await api(stack, "GET", `/v1/links/${link.id}`, { clientId: "client-grpc" });
+    expect(rest.body.data.amount).toEqual({ value: 10.5, currency: "USD" });
+  });
+
+  it.each([
+    ["no client-id", request(), undefined, "Client ID header is required"],
+    ["a blank client-id", request(), " ", "Client ID header is required"],
+    ["type unspecified", request({ type: "LINK_TYPE_UNSPECIFIED" }), "c", "type must be payment"],
+    ["expires_in 59", request({ expires_in: 59 }), "c", "expires_in must be an integer from 60 to 86400"],
+    ["expires_in 86401", request({ expires_in: 86_401 }), "c", "expires_in must be an integer from 60 to 86400"],
+    ["no data", request({ data: undefined }), "c", "data is required"],
+    ["amount 0", request({ data: { amount: { value: "0", currency: "USD" }, description: "x" } }), "c", "data.amount.value must be greater than 0"],
+    ["amount -1", request({ data: { amount: { value: "-1", currency: "USD" }, description: "x" } }), "c", "data.amount.value must be greater than 0"],
+    ["amount over the maximum", request({ data: { amount: { value: "100000000001", currency: "USD" }, description: "x" } }), "c", "data.amount.value must be at most 1000000000"],
+    ["currency ZZZ", request({ data: { amount: { value: "1", currency: "ZZZ" }, description: "x" } }), "c", "data.amount.currency must be a three-letter ISO 4217 currency code"],
+    ["no description or items", request({ data: { amount: { value: "1", currency: "USD" } } }), "c", "data.description or data.items is required"],
+    ["a blank description", request({ data: { amount: { value: "1", currency: "USD" }, description: " " } }), "c", "data.description must be 1 to 1000 characters and not blank"],
+    ["item quantity 0", request({ data: { amount: { value: "1", currency: "USD" }, items: [{ name: "a", quantity: 0, amount: "1" }] } }), "c", "data.items[0].quantity must be an integer from 1 to 10000"],
+    ["an unspecified payment method", request({ data: { amount: { value: "1", currency: "USD" }, description: "x", allowed_payment_methods: ["PAYMENT_METHOD_UNSPECIFIED"] } }), "c", "data.allowed_payment_methods[0] must be one of card, bank_transfer"],
+    ["metadata webhook not a URL", request({ metadata: { webhook: "nope" } }), "c", "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
+  ])("CreateLink with %s: INVALID_ARGUMENT with REST's message", async (_name, req, clientId, message) => {
+    expect(await failure(createLink(req, as(clientId)))).toEqual({ code: grpc.status.INVALID_ARGUMENT, message });
+  });
+
+  it("GetLink refusals: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED", async () => {
+    const { link } = await createLink(request(), as("client-grpc"));
+    expect(await failure(getLink({ id: link.id }, as()))).toEqual({ code: grpc.status.INVALID_ARGUMENT, message: "Client ID header is required" });
+    expect(await failure(getLink({ id: "lnk-nope" }, as("client-grpc")))).toEqual({ code: grpc.status.NOT_FOUND, message: "Link not found" });
+    expect(await failure(getLink({ id: link.id }, as("client-other")))).toEqual({ code: grpc.status.PERMISSION_DENIED, message: "Unauthorized access" });
+  });
+
+  it("GetLink shows an expired link as EXPIRED where REST answers 410", async () => {
+    const { link } = await createLink(request({ expires_in: 60 }), as("client-grpc"));
+    stack.clock.advance(60_000);
+    const got = await getLink({ id: link.id }, as("client-grpc"));
+    // It changed when it expired, even though nothing has recorded it yet.
+    expect(got.link).toEqual({ ...link, status: "LINK_STATUS_EXPIRED", updated_at: link.expires_at });
+    expect((await api(stack, "GET", `/v1/links/${link.id}`, { clientId: "client-grpc" })).status).toBe(410);
+  });
+});
+
+const transports: [string, (baseUrl: string) => Transport][] = [
+  ["Connect", (baseUrl) => createConnectTransport({ baseUrl, httpVersion: "2" })],
+  ["gRPC", (baseUrl) => createGrpcTransport({ baseUrl })],
+  ["gRPC-Web", (baseUrl) => createGrpcWebTransport({ baseUrl, httpVersion: "2" })],
+];
+
+describe.each(transports)("connect-es over %s", (_protocol, transport) => {
+  let client: Client<typeof LinkService>;
+  beforeAll(() => {
+    client = createClient(LinkService, transport(stack.linksUrl));
+  });
+  const as = (clientId?: string) => ({ headers: clientId === undefined ? {} : { "client-id": clientId } });
+  const request = (over: Partial<MessageInitShape<typeof CreateLinkRequestSchema>> = {}): MessageInitShape<typeof CreateLinkRequestSchema> => ({
+    type: LinkType.PAYMENT,
+    data: { amount: { value: 1234n, currency: "bhd" }, items: [{ name: "Tea", quantity: 2, amount: 617n }] },
+    ...over,
+  });
+  const failure = (promise: Promise<unknown>) =>
+    promise.then(
+      () => {
+        throw new Error("expected the call to fail");
+      },
+      (err: unknown) => {
+        const e = ConnectError.from(err);
+        return { code: e.code, message: e.rawMessage, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
+      },
+    );
+
+  it("CreateLink then GetLink; money stays integer minor units", async () => {
+    const { link } = await client.createLink(request(), as("client-connect"));
+    expect(link!.id).toMatch(LINK_ID);
+    expect(link!.status).toBe(LinkStatus.CREATED);
+    expect(link!.data!.amount).toMatchObject({ value: 1234n, currency: "BHD" });
+    expect(link!.data!.items[0]).toMatchObject({ name: "Tea", quantity: 2, amount: 617n });
+    expect(timestampDate(link!.expiresAt!).getTime() - timestampDate(link!.createdAt!).getTime()).toBe(43_200_000);
+    const got = await client.getLink({ id: link!.id }, as("client-connect"));
+    expect(got.link).toEqual(link);
+    const rest = await api(stack, "GET", `/v1/links/${link!.id}`, { clientId: "client-connect" });
+    expect(rest.body.data).toEqual({ amount: { value: 1.234, currency: "BHD" }, items: [{ name: "Tea", quantity: 2, amount: 0.617 }] });
+  });
+
+  it.each<[string, MessageInitShape<typeof CreateLinkRequestSchema>, string | undefined, string]>([
+    ["no client-id", request(), undefined, "Client ID header is required"],
+    ["type unspecified", request({ type: LinkType.UNSPECIFIED }), "c", "type must be payment"],
+    ["expires_in 86401", request({ expiresIn: 86_401 }), "c", "expires_in must be an integer from 60 to 86400"],
+    ["amount 0", request({ data: { amount: { value: 0n, currency: "USD" }, description: "x" } }), "c", "data.amount.value must be greater than 0"],
+    ["currency US", request({ data: { amount: { value: 1n, currency: "US" }, description: "x" } }), "c", "data.amount.currency must be a three-letter ISO 4217 currency code"],
+    ["101 items", request({ data: { amount: { value: 1n, currency: "USD" }, items: Array.from({ length: 101 }, () => ({ name: "a", quantity: 1, amount: 1n })) } }), "c", "data.items must contain 1 to 100 items"],
+    ["a repeated payment method", request({ data: { amount: { value: 1n, currency: "USD" }, description: "x", allowedPaymentMethods: [PaymentMethod.CARD, PaymentMethod.CARD] } }), "c", "data.allowed_payment_methods[1] repeats card"],
+    ["a NUL in the description", request({ data: { amount: { value: 1n, currency: "USD" }, description: "a\u0000b" } }), "c", "data.description must not contain NUL characters"],
+    ["51 metadata keys", request({ metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, "v"])) }), "c", "metadata must have at most 50 keys"],
+  ])("CreateLink with %s: InvalidArgument with REST's message", async (_name, req, clientId, message) => {
+    expect(await failure(client.createLink(req, as(clientId)))).toEqual({ code: Code.InvalidArgument, message, reason: undefined });
+  });
+
+  it("GetLink: NotFound, PermissionDenied; used and expired links come back with their status", async () => {
+    const { link } = await client.createLink(request({ expiresIn: 120 }), as("client-connect"));
+    const id = link!.id;
+    expect(await failure(client.getLink({ id: `lnk-${uuidv7()}` }, as("client-connect")))).toEqual({ code: Code.NotFound, message: "Link not found", reason: undefined });
+    expect(await failure(client.getLink({ id }, as("client-other")))).toEqual({ code: Code.PermissionDenied, message: "Unauthorized access", reason: undefined });
+
+    await client.completePayment({ linkId: id, paymentMethod: PaymentMethod.BANK_TRANSFER });
+    expect((await client.getLink({ id }, as("client-connect"))).link!.status).toBe(LinkStatus.USED);
+    expect(await failure(client.completePayment({ linkId: id, paymentMethod: PaymentMethod.BANK_TRANSFER }))).toEqual({
+      code: Code.FailedPrecondition,
+      message: "Link has already been used",
+      reason: "LINK_USED",
+    });
+
+    const other = (await client.createLink(request({ expiresIn: 60 }), as("client-connect"))).link!;
+    stack.clock.advance(60_000);
+    expect((await client.getLink({ id: other.id }, as("client-connect"))).link!.status).toBe(LinkStatus.EXPIRED);
+    expect(await failure(client.completePayment({ linkId: other.id, paymentMethod: PaymentMethod.BANK_TRANSFER }))).toEqual({
+      code: Code.FailedPrecondition,
+      message: "Link has expired",
+      reason: "LINK_EXPIRED",
+    });
+  });
+});
