@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
@@ -12,13 +13,14 @@ import { v7 as uuidv7 } from "uuid";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
 import {
+  type CreateLinkRequest,
+  CreateLinkRequestSchema,
+  LinkDataSchema,
   LinkService,
   LinkStatus,
   LinkType,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { CreateLinkRequestSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { api, type Stack, startStack } from "./support/stack.js";
 
 let stack: Stack;
@@ -139,12 +141,18 @@ describe.each(transports)("connect-es over %s", (_protocol, transport) => {
   beforeAll(() => {
     client = createClient(LinkService, transport(stack.linksUrl));
   });
-  const as = (clientId?: string) => ({ headers: clientId === undefined ? {} : { "client-id": clientId } });
-  const request = (over: Partial<MessageInitShape<typeof CreateLinkRequestSchema>> = {}): MessageInitShape<typeof CreateLinkRequestSchema> => ({
-    type: LinkType.PAYMENT,
-    data: { amount: { value: 1234n, currency: "bhd" }, items: [{ name: "Tea", quantity: 2, amount: 617n }] },
-    ...over,
+  const as = (clientId?: string): { headers: Record<string, string> } => ({
+    headers: clientId === undefined ? {} : { "client-id": clientId },
   });
+  const request = (
+    over: { type?: LinkType; expiresIn?: number; data?: MessageInitShape<typeof LinkDataSchema>; metadata?: Record<string, string> } = {},
+  ): CreateLinkRequest =>
+    create(CreateLinkRequestSchema, {
+      type: over.type ?? LinkType.PAYMENT,
+      expiresIn: over.expiresIn,
+      data: over.data ?? { amount: { value: 1234n, currency: "bhd" }, items: [{ name: "Tea", quantity: 2, amount: 617n }] },
+      metadata: over.metadata,
+    });
   const failure = (promise: Promise<unknown>) =>
     promise.then(
       () => {
@@ -169,7 +177,7 @@ describe.each(transports)("connect-es over %s", (_protocol, transport) => {
     expect(rest.body.data).toEqual({ amount: { value: 1.234, currency: "BHD" }, items: [{ name: "Tea", quantity: 2, amount: 0.617 }] });
   });
 
-  it.each<[string, MessageInitShape<typeof CreateLinkRequestSchema>, string | undefined, string]>([
+  it.each<[string, CreateLinkRequest, string | undefined, string]>([
     ["no client-id", request(), undefined, "Client ID header is required"],
     ["type unspecified", request({ type: LinkType.UNSPECIFIED }), "c", "type must be payment"],
     ["expires_in 86401", request({ expiresIn: 86_401 }), "c", "expires_in must be an integer from 60 to 86400"],
