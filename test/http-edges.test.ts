@@ -64,6 +64,11 @@ describe("routes", () => {
     expect((await api(stack, "GET", `/v1/links/${linkId}`)).status).toBe(200);
   });
 
+  it("an unknown path is 404 with or without Client-Id: checks 1 to 6 belong to real routes", async () => {
+    const res = await api(stack, "GET", "/v1/nope", { clientId: null });
+    expect(outcome(res)).toEqual({ status: 404, body: { error: "Not found" } });
+  });
+
   it.each([
     ["GET", "/v1/links/{id}"],
     ["DELETE", "/v1/links/{id}"],
