@@ -3,6 +3,7 @@ import { Writable } from "node:stream";
 import { sql } from "drizzle-orm";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createDatabase } from "./support/database.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 const nextYear = new Date().getUTCFullYear() + 3;
@@ -10,7 +11,11 @@ const nextYear = new Date().getUTCFullYear() + 3;
 describe("card data", () => {
   const logLines: string[] = [];
   let stack: Stack;
+  let database: Awaited<ReturnType<typeof createDatabase>>;
   beforeAll(async () => {
+    // A database of its own: "every row of every table" then means exactly
+    // what this test wrote, whatever other test files do meanwhile.
+    database = await createDatabase("paylink_card_data");
     const sink = new Writable({
       write(chunk, _encoding, done) {
         logLines.push(String(chunk));
@@ -18,9 +23,14 @@ describe("card data", () => {
       },
     });
     // The most verbose level, so nothing that would ever be logged is missed.
-    stack = await startStack({ logger: pino({ level: "trace" }, sink) });
+    // No pid in each line: a process id could equal the CVC searched for.
+    const logger = pino({ level: "trace", base: undefined }, sink);
+    stack = await startStack({ databaseUrl: database.url, logger });
   });
-  afterAll(() => stack?.close());
+  afterAll(async () => {
+    await stack?.close();
+    await database?.drop();
+  });
 
   // A four-digit CVC: it cannot be an ephemeral port, and the search below
   // only counts it as a token of its own, not inside a UUID or a timestamp.
