@@ -164,6 +164,16 @@ describe.each(transports)("connect-es over %s", (_protocol, transport) => {
       },
     );
 
+  it.each(["lnk-\u0000", "nope", "x".repeat(5000)])("answers NOT_FOUND for the id %#, on every RPC that takes one", async (id) => {
+    const notFound = { code: Code.NotFound, message: "Link not found", reason: undefined };
+    expect(await failure(client.getLink({ id }, as("client-connect")))).toEqual(notFound);
+    expect(await failure(client.expireLink({ id }, as("client-connect")))).toEqual(notFound);
+    expect(await failure(client.getCheckout({ linkId: id }))).toEqual(notFound);
+    expect(
+      await failure(client.completePayment({ linkId: id, paymentMethod: PaymentMethod.BANK_TRANSFER })),
+    ).toEqual(notFound);
+  });
+
   it("CreateLink then GetLink; money stays integer minor units", async () => {
     const { link } = await client.createLink(request(), as("client-connect"));
     expect(link!.id).toMatch(LINK_ID);

@@ -3,7 +3,6 @@
 // update, so only one attempt can win), writes the payment and its event.
 // The winner captures; every loser voids, so it leaves no charge behind.
 import { create } from "@bufbuild/protobuf";
-import { v7 as uuidv7 } from "uuid";
 import {
   type CompletePaymentRequest,
   type CompletePaymentResponse,
@@ -11,6 +10,7 @@ import {
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
+import { newPaymentId } from "../shared/ids.js";
 import type { Logger } from "../shared/logger.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
@@ -66,7 +66,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
       const auth = await processor.authorize({ amount: amount.value, currency: amount.currency, method, card });
       if (!auth.approved) throw cardDeclined();
 
-      const paymentId = `pay-${uuidv7()}`;
+      const paymentId = newPaymentId();
       let won: boolean;
       try {
         won = await db.transaction(async (tx) => {

@@ -1,11 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { v7 as uuidv7 } from "uuid";
 import {
   CreateLinkResponseSchema,
   type LinkService,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
+import { newLinkId } from "../shared/ids.js";
 import type { Db } from "./db.js";
 import { clientIdRequired, linkExpired, linkNotFound, linkUsed, unauthorized } from "../shared/rpc-errors.js";
 import type { Idempotency } from "./idempotency.js";
@@ -39,7 +39,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       return deps.idempotency.run(clientId, req, async (tx) => {
         const now = clock.now();
         const row = await store.insertLink(tx, {
-          id: `lnk-${uuidv7()}`,
+          id: newLinkId(),
           clientId,
           data: dataToJson(input.data),
           metadata: input.metadata,

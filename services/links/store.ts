@@ -1,6 +1,7 @@
 // Every query of the link service. Each takes the database or a transaction,
 // so callers decide what runs atomically.
 import { and, desc, eq, gt, lt, lte, or, sql } from "drizzle-orm";
+import { isLinkId } from "../shared/ids.js";
 import type { Executor } from "./db.js";
 import { links, type LinkStatusValue } from "./schema.js";
 import type { LinkRow } from "./records.js";
@@ -10,14 +11,10 @@ export async function insertLink(db: Executor, row: typeof links.$inferInsert): 
   return inserted!;
 }
 
+/** Anything that is not a link id names no link, and never reaches Postgres (which refuses NUL, say). */
 export async function findLink(db: Executor, id: string): Promise<LinkRow | undefined> {
+  if (!isLinkId(id)) return undefined;
   const [row] = await db.select().from(links).where(eq(links.id, id)).limit(1);
-  return row;
-}
-
-/** The same lookup, holding the row until the transaction ends. */
-export async function findLinkForUpdate(db: Executor, id: string): Promise<LinkRow | undefined> {
-  const [row] = await db.select().from(links).where(eq(links.id, id)).for("update").limit(1);
   return row;
 }
 

@@ -12,6 +12,7 @@ import {
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { currencyDigits, isKnownCurrency } from "../shared/money.js";
+import { isLinkId } from "../shared/ids.js";
 import { invalid } from "../shared/rpc-errors.js";
 
 export const DEFAULT_EXPIRES_IN = 43_200;
@@ -126,7 +127,7 @@ const STATUS_NAMES = {
 export function validateListLinks(req: ListLinksRequest): ListQuery {
   const limit = req.limit ?? 20;
   if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalid("limit must be an integer from 1 to 100");
-  if (req.startingAfter !== undefined && !LINK_ID.test(req.startingAfter)) {
+  if (req.startingAfter !== undefined && !isLinkId(req.startingAfter)) {
     throw invalid("starting_after must be a link id");
   }
   if (req.status !== LinkStatus.UNSPECIFIED && !(req.status in STATUS_NAMES)) {
@@ -136,7 +137,6 @@ export function validateListLinks(req: ListLinksRequest): ListQuery {
   return { limit, startingAfter: req.startingAfter, status };
 }
 
-export const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /** Characters as a person counts them: code points, not UTF-16 units. */
 function length(value: string): number {
