@@ -3,12 +3,13 @@
 import { Webhook } from "standardwebhooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "nats";
-import { type Notifier, startNotifier } from "../services/notifier/notifier.js";
+import { LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createSweeper } from "../services/links/sweeper.js";
+import { startNotifier } from "../services/notifier/notifier.js";
 import type { Topology } from "../services/notifier/jetstream.js";
 import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
 import {
   createTestDatabase,
-  type Receiver,
   silent,
   startReceiver,
   startWebhookStack,
@@ -104,10 +105,33 @@ describe("the webhook request", () => {
     expect(req.headers["webhook-id"]).toBeDefined();
   });
 
-  it("acks events without a webhook address and sends nothing", async () => {
+  it("acks payment events without a webhook address and sends nothing", async () => {
     const { receiver, webhooks, notifier } = await setup();
     await webhooks.pay({ api_key: "k" });
     await waitFor(() => notifier.metrics.counts.skipped === 1);
+    expect(receiver.requests).toHaveLength(0);
+  });
+
+  it("acks link.expired events and sends nothing for them", async () => {
+    const { receiver, webhooks, notifier } = await setup();
+    await webhooks.client.createLink(
+      {
+        type: LinkType.PAYMENT,
+        expiresIn: 60,
+        data: { amount: { value: 500n, currency: "USD" }, description: "expires" },
+        metadata: { webhook: receiver.url, api_key: "k" },
+      },
+      { headers: { "client-id": "client-webhooks" } },
+    );
+    webhooks.stack.clock.advance(61_000);
+    const sweeper = createSweeper({
+      db: webhooks.stack.db,
+      clock: webhooks.stack.clock,
+      logger: silent,
+      onEventsCommitted: () => webhooks.relay!.kick(),
+    });
+    expect(await sweeper.sweep()).toBeGreaterThanOrEqual(1);
+    await waitFor(() => notifier.metrics.counts.skipped >= 1);
     expect(receiver.requests).toHaveLength(0);
   });
 });

@@ -4,7 +4,7 @@
 // without double-publishing, and cleans up after the retention period.
 import { fromBinary } from "@bufbuild/protobuf";
 import { eq, isNull } from "drizzle-orm";
-import { connect, type JetStreamManager, type NatsConnection } from "nats";
+import { connect, DiscardPolicy, type JetStreamManager, type NatsConnection } from "nats";
 import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { createDb } from "../services/links/db.js";
@@ -111,7 +111,7 @@ it("marks a row published only after JetStream acks it", async () => {
     name: topology.eventStream,
     subjects: [`${topology.eventSubjectPrefix}.>`],
     max_msgs: 1,
-    discard: "new" as never,
+    discard: DiscardPolicy.New,
   });
   const { webhooks, db } = await stack({ pollIntervalMs: 50 }, topology);
   await webhooks.relay!.whenReady();
