@@ -156,8 +156,12 @@ describe("GET /link/{id}", () => {
     expect(expiredPage.html).not.toContain("<form");
   });
 
-  it("answers 405 with Allow for other methods", async () => {
-    const res = await fetch(`${stack.gatewayUrl}/link/${await createLink()}`, { method: "DELETE" });
+  it("answers HEAD like GET, and 405 with Allow for other methods", async () => {
+    const id = await createLink();
+    const head = await fetch(`${stack.gatewayUrl}/link/${id}`, { method: "HEAD" });
+    expect(head.status).toBe(200);
+    expect(head.headers.get("content-type")).toBe("text/html; charset=utf-8");
+    const res = await fetch(`${stack.gatewayUrl}/link/${id}`, { method: "DELETE" });
     expect(res.status).toBe(405);
     expect(res.headers.get("allow")).toBe("GET, HEAD");
   });
