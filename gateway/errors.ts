@@ -17,6 +17,7 @@ const BY_REASON: Record<string, number> = {
   IDEMPOTENCY_KEY_IN_USE: 409,
   IDEMPOTENCY_KEY_REUSED: 422,
   PROCESSOR_NOT_CONFIGURED: 503,
+  PROCESSOR_UNAVAILABLE: 503,
 };
 
 const BY_CODE: Partial<Record<Code, number>> = {

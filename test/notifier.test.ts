@@ -6,7 +6,7 @@ import { connect, type NatsConnection } from "nats";
 import { LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { startNotifier } from "../services/notifier/notifier.js";
-import type { Topology } from "../services/notifier/jetstream.js";
+import type { Topology } from "../services/shared/jetstream.js";
 import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
 import {
   createTestDatabase,

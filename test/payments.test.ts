@@ -5,6 +5,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { eq } from "drizzle-orm";
 import { pino } from "pino";
+import { httpErrorFromRpc } from "../gateway/errors.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
 import {
@@ -242,6 +243,21 @@ describe("when the processor or the clock get in the way", () => {
     expect(await paymentRows(id)).toHaveLength(1);
     const err = await payments.complete(bankTransfer(id)).catch((e: unknown) => e);
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
+  });
+
+  it("answers Unavailable (REST 503) when the processor cannot authorize, and the link stays payable", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    const down: PaymentProcessor = { ...sandbox, authorize: async () => Promise.reject(new Error("ECONNRESET")) };
+    const err = await paymentsWith(down).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("PROCESSOR_UNAVAILABLE");
+    expect(httpErrorFromRpc(err as ConnectError)).toEqual({
+      status: 503,
+      message: "The payment processor is unavailable; please try again",
+    });
+    expect(await paymentRows(id)).toHaveLength(0);
+    expect((await pay(id)).status).toBe(200);
   });
 
   it("never authorizes when the link is already used", async () => {

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
 import { isNull } from "drizzle-orm";
 import { outbox } from "../services/links/schema.js";
 import { type Notifier, startNotifier } from "../services/notifier/notifier.js";
-import type { Topology } from "../services/notifier/jetstream.js";
+import type { Topology } from "../services/shared/jetstream.js";
 import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
 import { createTestDatabase, type Receiver, silent, startReceiver, startWebhookStack } from "./support/webhooks.js";
 

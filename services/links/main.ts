@@ -3,6 +3,7 @@ import { systemClock } from "../shared/clock.js";
 import { runMain } from "../shared/run-main.js";
 import { createDb, migrateDb } from "./db.js";
 import { createSandboxProcessor } from "./processor.js";
+import { createRelay } from "./relay.js";
 import { startLinksServer } from "./server.js";
 import { createSweeper } from "./sweeper.js";
 
@@ -17,7 +18,9 @@ await runMain("links", async (config, logger) => {
   const processor = config.env === "test" ? createSandboxProcessor() : undefined;
   if (!processor) logger.warn("no payment processor is configured: payments will answer 503");
 
-  const sweeper = createSweeper({ db, clock, logger });
+  // Publishes outbox events right after each commit; polls only as a fallback.
+  const relay = createRelay({ db, natsUrl: config.natsUrl, clock, logger: logger.child({ component: "relay" }) });
+  const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick });
   const server = await startLinksServer({
     db,
     port: config.linksPort,
@@ -25,7 +28,9 @@ await runMain("links", async (config, logger) => {
     clock,
     processor,
     logger,
+    onEventsCommitted: relay.kick,
   });
+  relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();
   logger.info(
     { port: server.port, env: config.env, processor: processor?.name ?? "none" },
@@ -36,6 +41,7 @@ await runMain("links", async (config, logger) => {
     async close() {
       await server.close();
       await sweeper.close();
+      await relay.close();
       await closeDb();
     },
   };

@@ -14,7 +14,7 @@ import { newPaymentId } from "../shared/ids.js";
 import type { Logger } from "../shared/logger.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
-import { cardDeclined, invalid, linkExpired, linkNotFound, linkUsed, processorNotConfigured } from "../shared/rpc-errors.js";
+import { cardDeclined, invalid, linkExpired, linkNotFound, linkUsed, processorNotConfigured, processorUnavailable } from "../shared/rpc-errors.js";
 import { enqueue, newEvent } from "./outbox.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
 import { dataFromRow, type LinkRow, statusAt } from "./records.js";
@@ -63,7 +63,13 @@ export function createPayments(deps: PaymentsDeps): Payments {
       const processor = deps.processor;
 
       const amount = data.amount!;
-      const auth = await processor.authorize({ amount: amount.value, currency: amount.currency, method, card });
+      const auth = await processor
+        .authorize({ amount: amount.value, currency: amount.currency, method, card })
+        .catch((err: unknown) => {
+          // Nothing was held: the customer may simply try again.
+          deps.logger.error({ err, linkId: row.id }, "processor failed to authorize");
+          throw processorUnavailable();
+        });
       if (!auth.approved) throw cardDeclined();
 
       const paymentId = newPaymentId();

@@ -7,7 +7,7 @@
 // side by side. NATS being down never blocks start-up or payments: rows
 // simply wait in the outbox.
 import type { JetStreamClient, NatsConnection } from "nats";
-import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology } from "../notifier/jetstream.js";
+import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology } from "../shared/jetstream.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";

@@ -7,7 +7,7 @@ import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Logger } from "../shared/logger.js";
 import type { Deliverer } from "./deliver.js";
-import type { Topology } from "./jetstream.js";
+import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
 
 export interface HandlerDeps {

@@ -16,7 +16,7 @@ import {
   ensureDeadLetterStream,
   ensureEventStream,
   type Topology,
-} from "./jetstream.js";
+} from "../shared/jetstream.js";
 import { createMetrics } from "./metrics.js";
 
 export interface NotifierOptions {

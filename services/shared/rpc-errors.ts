@@ -14,7 +14,8 @@ export type Reason =
   | "CARD_DECLINED"
   | "IDEMPOTENCY_KEY_IN_USE"
   | "IDEMPOTENCY_KEY_REUSED"
-  | "PROCESSOR_NOT_CONFIGURED";
+  | "PROCESSOR_NOT_CONFIGURED"
+  | "PROCESSOR_UNAVAILABLE";
 
 function withReason(message: string, code: Code, reason: Reason): ConnectError {
   return new ConnectError(message, code, undefined, [
@@ -39,3 +40,5 @@ export const idempotencyKeyReused = () =>
   );
 export const processorNotConfigured = () =>
   withReason("Payments are not available: no payment processor is configured", Code.Unavailable, "PROCESSOR_NOT_CONFIGURED");
+export const processorUnavailable = () =>
+  withReason("The payment processor is unavailable; please try again", Code.Unavailable, "PROCESSOR_UNAVAILABLE");

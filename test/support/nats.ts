@@ -8,7 +8,7 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { randomUUID } from "node:crypto";
-import type { Topology } from "../../services/notifier/jetstream.js";
+import type { Topology } from "../../services/shared/jetstream.js";
 
 const BINARY =
   process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");

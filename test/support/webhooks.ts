@@ -17,7 +17,7 @@ import {
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { migrateDb } from "../../services/links/db.js";
 import { createRelay, type Relay, type RelayOptions } from "../../services/links/relay.js";
-import type { Topology } from "../../services/notifier/jetstream.js";
+import type { Topology } from "../../services/shared/jetstream.js";
 import { startStack } from "./stack.js";
 
 export const silent = pino({ level: "silent" });

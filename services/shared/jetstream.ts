@@ -14,7 +14,7 @@ import {
   StorageType,
   type StreamConfig,
 } from "nats";
-import type { Logger } from "../shared/logger.js";
+import type { Logger } from "./logger.js";
 
 export interface Topology {
   eventStream: string;
