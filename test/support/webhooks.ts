@@ -4,43 +4,23 @@
 // link, and an HTTP receiver that records what arrives.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { randomUUID } from "node:crypto";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { pino } from "pino";
-import postgres from "postgres";
-import { inject } from "vitest";
 import {
   LinkService,
   LinkType,
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
-import { migrateDb } from "../../services/links/db.js";
 import { createRelay, type Relay, type RelayOptions } from "../../services/links/relay.js";
 import type { Topology } from "../../services/shared/jetstream.js";
+import { createDatabase } from "./database.js";
 import { startStack } from "./stack.js";
 
 export const silent = pino({ level: "silent" });
 
 /** A fresh, migrated database; drop() removes it. */
-export async function createTestDatabase() {
-  const shared = new URL(inject("databaseUrl"));
-  const admin = new URL(shared);
-  admin.pathname = "/postgres";
-  const name = `paylink_wh_${randomUUID().replaceAll("-", "").slice(0, 16)}`;
-  const sql = postgres(admin.toString(), { max: 1, onnotice: () => {} });
-  await sql.unsafe(`CREATE DATABASE ${name}`);
-  const url = new URL(shared);
-  url.pathname = `/${name}`;
-  await migrateDb(url.toString());
-  return {
-    url: url.toString(),
-    async drop() {
-      await sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await sql.end();
-    },
-  };
-}
+export const createTestDatabase = () => createDatabase("paylink_wh");
 
 export interface WebhookStackOptions {
   natsUrl: string;
