@@ -148,6 +148,18 @@ describe("POST /v1/links/{id}/expire", () => {
     expect(res.body).toEqual({ error: message });
   });
 
+  it("needs no body, even when the request says Content-Type: application/json", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    const res = await api(stack, "POST", `/v1/links/${link.id}/expire`, {
+      clientId: me,
+      rawBody: "",
+      headers: { "content-type": "application/json" },
+    });
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.status).toBe("expired");
+  });
+
   it("answers a link past expires_at with 410 before the sweeper has run", async () => {
     const me = uniqueClient();
     const link = await createLink(me, { expires_in: 60 });
@@ -259,6 +271,17 @@ describe("Idempotency-Key", () => {
     expect(res.body).toEqual({ error: message });
   });
 
+  it("refuses control characters in a key sent over gRPC", async () => {
+    const req = create(CreateLinkRequestSchema, {
+      type: LinkType.PAYMENT,
+      data: { amount: { value: 100n, currency: "USD" }, description: "x" },
+      idempotencyKey: "a\u0000b",
+    });
+    const err = await grpc().createLink(req, { headers: { "client-id": uniqueClient() } }).catch((e: unknown) => e);
+    expect(ConnectError.from(err).code).toBe(Code.InvalidArgument);
+    expect(ConnectError.from(err).rawMessage).toBe("Idempotency-Key must not contain control characters");
+  });
+
   it("works over gRPC through the idempotency_key field", async () => {
     const me = uniqueClient();
     const req = create(CreateLinkRequestSchema, {
@@ -336,5 +359,17 @@ describe("expiry sweeper", () => {
     await sweeper.sweep();
     const keys = await own.db.execute(sql`SELECT key FROM idempotency_keys WHERE client_id = ${me}`);
     expect(keys).toHaveLength(0);
+  });
+});
+
+describe("Client-Id", () => {
+  it("is at most 255 characters: a longer one is a 400, never a database error", async () => {
+    const ok = await api(stack, "POST", "/v1/links", { clientId: "c".repeat(255), body: validLink() });
+    expect(ok.status).toBe(201);
+    const long = await api(stack, "POST", "/v1/links", { clientId: "c".repeat(4000), body: validLink() });
+    expect(long.status).toBe(400);
+    expect(long.body).toEqual({ error: "Client ID header must be at most 255 printable characters" });
+    const list = await api(stack, "GET", "/v1/links", { clientId: "c".repeat(4000) });
+    expect(list.status).toBe(400);
   });
 });

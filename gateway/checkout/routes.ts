@@ -49,7 +49,9 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv }: 
         return sendError(reply, { status: 415, message: "Content-Type must be application/json" });
       }
       const request = paymentRequestFromJson(idOf(req), req.body);
-      const res = await links.completePayment(request);
+      // Longer than other calls: the processor's round trip is inside it,
+      // and a customer told "try again" must not have been charged meanwhile.
+      const res = await links.completePayment(request, { timeoutMs: 30_000 });
       return reply.send(paymentResultToJson(res));
     },
   });

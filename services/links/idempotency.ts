@@ -33,6 +33,7 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
       const key = req.idempotencyKey;
       if (key === undefined) return work(db);
       if (key.length < 1 || key.length > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
+      if (/[\x00-\x1f\x7f]/.test(key)) throw invalid("Idempotency-Key must not contain control characters");
       const requestHash = hashRequest(req);
       const pk = and(eq(idempotencyKeys.clientId, clientId), eq(idempotencyKeys.key, key));
 
@@ -47,14 +48,20 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
           try {
             return await db.transaction(async (tx) => {
               const res = await work(tx);
-              await tx
+              // Only while the key is still ours: a first request slow enough to
+              // be taken for abandoned must not overwrite its successor's answer.
+              const saved = await tx
                 .update(idempotencyKeys)
                 .set({ response: toBinary(CreateLinkResponseSchema, res) })
-                .where(pk);
+                .where(and(pk, eq(idempotencyKeys.createdAt, now), isNull(idempotencyKeys.response)))
+                .returning({ key: idempotencyKeys.key });
+              if (saved.length === 0) throw idempotencyKeyInUse(); // rolls the link back
               return res;
             });
           } catch (err) {
-            await db.delete(idempotencyKeys).where(and(pk, isNull(idempotencyKeys.response)));
+            await db
+              .delete(idempotencyKeys)
+              .where(and(pk, eq(idempotencyKeys.createdAt, now), isNull(idempotencyKeys.response)));
             throw err;
           }
         }

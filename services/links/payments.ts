@@ -18,7 +18,6 @@ import { cardDeclined, invalid, linkExpired, linkNotFound, linkUsed, processorNo
 import { enqueue, newEvent } from "./outbox.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
 import { dataFromRow, type LinkRow, statusAt } from "./records.js";
-import { payments } from "./schema.js";
 import * as store from "./store.js";
 
 export interface Payments {
@@ -79,7 +78,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
           const now = clock.now();
           const used = await store.markUsed(tx, row.id, now);
           if (!used) return false;
-          await tx.insert(payments).values({
+          await store.insertPayment(tx, {
             id: paymentId,
             linkId: row.id,
             transactionId: auth.transactionId,
@@ -107,12 +106,23 @@ export function createPayments(deps: PaymentsDeps): Payments {
           return true;
         });
       } catch (err) {
-        // Whatever failed, this attempt did not take the link: release the
-        // hold before answering. The unique key on payments.link_id is the
-        // last line of defence if two attempts ever got past markUsed.
-        await voidQuietly(processor, auth.authorizationId, deps.logger);
-        if (isUniqueViolation(err)) throw linkUsed();
-        throw err;
+        // The unique key on payments.link_id is the last line of defence if
+        // two attempts ever got past markUsed: this one surely lost.
+        if (isUniqueViolation(err)) {
+          await voidQuietly(processor, auth.authorizationId, deps.logger);
+          throw linkUsed();
+        }
+        // A connection lost during COMMIT may still have committed: release
+        // the hold only for a payment that is surely not there.
+        const committed = await store.paymentExists(db, paymentId).catch(() => undefined);
+        if (committed === false) await voidQuietly(processor, auth.authorizationId, deps.logger);
+        if (committed !== true) {
+          if (committed === undefined) {
+            deps.logger.error({ paymentId, linkId: row.id }, "payment outcome unknown; hold left for reconciliation");
+          }
+          throw err;
+        }
+        won = true;
       }
 
       if (!won) {

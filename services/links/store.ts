@@ -3,7 +3,7 @@
 import { and, desc, eq, gt, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import type { Executor } from "./db.js";
-import { links, type LinkStatusValue } from "./schema.js";
+import { links, type LinkStatusValue, payments } from "./schema.js";
 import type { LinkRow } from "./records.js";
 
 export async function insertLink(db: Executor, row: typeof links.$inferInsert): Promise<LinkRow> {
@@ -71,4 +71,13 @@ export async function expireNow(db: Executor, id: string, now: Date): Promise<Li
 
 export async function ping(db: Executor): Promise<void> {
   await db.execute(sql`select 1`);
+}
+
+export async function insertPayment(db: Executor, row: typeof payments.$inferInsert): Promise<void> {
+  await db.insert(payments).values(row);
+}
+
+export async function paymentExists(db: Executor, id: string): Promise<boolean> {
+  const [row] = await db.select({ id: payments.id }).from(payments).where(eq(payments.id, id)).limit(1);
+  return row !== undefined;
 }

@@ -678,9 +678,11 @@ export const PaymentMethodSchema: GenEnum<PaymentMethod> = /*@__PURE__*/
  * those two are the customer's, who holds only the link id.
  *
  * Errors: INVALID_ARGUMENT for validation (the message names the field),
- * NOT_FOUND, PERMISSION_DENIED for another client's link, and
- * FAILED_PRECONDITION with a google.rpc.ErrorInfo (domain "paylink") whose
- * reason is LINK_USED, LINK_EXPIRED or CARD_DECLINED.
+ * NOT_FOUND, PERMISSION_DENIED for another client's link, and errors with a
+ * google.rpc.ErrorInfo (domain "paylink") whose reason says what happened:
+ * FAILED_PRECONDITION with LINK_USED, LINK_EXPIRED, CARD_DECLINED or
+ * IDEMPOTENCY_KEY_REUSED; ABORTED with IDEMPOTENCY_KEY_IN_USE; UNAVAILABLE
+ * with PROCESSOR_NOT_CONFIGURED or PROCESSOR_UNAVAILABLE.
  *
  * @generated from service paylink.v1.LinkService
  */
