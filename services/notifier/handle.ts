@@ -1,7 +1,9 @@
 // What the notifier does with one event from JetStream. The retry state lives
-// in JetStream, not here: the attempt number is the message's delivery count,
-// and the wait before the next attempt is a nak with a delay, so a notifier
-// that dies mid-schedule loses nothing and another copy carries on.
+// in JetStream, not here: the wait before the next attempt is a nak with a
+// delay, so a notifier that dies mid-schedule loses nothing and another copy
+// carries on. The delivery count stands for the attempt number, but shutdown
+// naks and lapsed acks raise it too, so an event is dead-lettered only once
+// the schedule's time has also passed since the payment.
 import { fromBinary } from "@bufbuild/protobuf";
 import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
@@ -43,6 +45,14 @@ export function createHandler(deps: HandlerDeps) {
     msg.ack();
     metrics.inc("dead_lettered");
     logger.error({ eventId, attempts, lastError }, "webhook dead-lettered");
+  }
+
+  const scheduleMs = retrySchedule.reduce((a, b) => a + b, 0) * (1 - JITTER);
+  function exhausted(attempt: number, event: Event): boolean {
+    if (attempt <= retrySchedule.length) return false;
+    const occurredMs = event.occurredAt ? Number(event.occurredAt.seconds) * 1000 + event.occurredAt.nanos / 1e6 : 0;
+    // The second bound ends even an event whose timestamp is from a skewed clock.
+    return Date.now() - occurredMs >= scheduleMs || attempt > 2 * retrySchedule.length + 1;
   }
 
   return async function handle(msg: JsMsg): Promise<void> {
@@ -89,11 +99,11 @@ export function createHandler(deps: HandlerDeps) {
         return;
       case "failed": {
         metrics.inc("failed_attempt");
-        const delay = retrySchedule[attempt - 1];
-        if (delay === undefined) {
+        if (exhausted(attempt, event)) {
           await deadLetter(msg, event.id, attempt, outcome.error);
           return;
         }
+        const delay = retrySchedule[Math.min(attempt, retrySchedule.length) - 1] ?? 0;
         const jittered = Math.max(0, Math.round(delay * (1 - JITTER + 2 * JITTER * random())));
         log.warn({ error: outcome.error, retryInMs: jittered }, "webhook attempt failed");
         msg.nak(jittered);
