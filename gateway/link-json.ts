@@ -10,11 +10,10 @@ import {
   type Link,
   type LinkData,
   LinkDataSchema,
-  LinkStatus,
   LinkType,
-  PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { currencyDigits, fromMinorUnits, isKnownCurrency, toMinorUnits } from "../services/shared/money.js";
+import { methodFromName, methodName, statusName } from "../services/shared/names.js";
 import { badRequest } from "./errors.js";
 
 type Json = Record<string, unknown>;
@@ -22,20 +21,6 @@ type Json = Record<string, unknown>;
 const INT64_MAX = 2n ** 63n - 1n;
 const INT32_MAX = 2 ** 31 - 1;
 
-export const STATUS_NAMES: Record<LinkStatus, string> = {
-  [LinkStatus.UNSPECIFIED]: "unspecified",
-  [LinkStatus.CREATED]: "created",
-  [LinkStatus.USED]: "used",
-  [LinkStatus.EXPIRED]: "expired",
-};
-const METHOD_NAMES: Record<PaymentMethod, string> = {
-  [PaymentMethod.UNSPECIFIED]: "unspecified",
-  [PaymentMethod.CARD]: "card",
-  [PaymentMethod.BANK_TRANSFER]: "bank_transfer",
-};
-export const methodFromName = (name: string): PaymentMethod =>
-  name === "card" ? PaymentMethod.CARD : name === "bank_transfer" ? PaymentMethod.BANK_TRANSFER : PaymentMethod.UNSPECIFIED;
-export const methodName = (method: PaymentMethod): string => METHOD_NAMES[method];
 
 export function isObject(value: unknown): value is Json {
   return typeof value === "object" && value !== null && !Array.isArray(value);
@@ -178,7 +163,7 @@ export function linkToJson(link: Link): Json {
     id: link.id,
     url: link.url,
     type: "payment",
-    status: STATUS_NAMES[link.status],
+    status: statusName(link.status),
     data: linkDataToJson(link.data!),
     client_id: link.clientId,
     expires_at: iso(link.expiresAt),
@@ -212,7 +197,7 @@ export function linkDataToJson(data: LinkData): Json {
     merchant_name: data.merchantName,
     customer,
     allowed_payment_methods:
-      data.allowedPaymentMethods.length > 0 ? data.allowedPaymentMethods.map(methodName) : undefined,
+      data.allowedPaymentMethods.length > 0 ? data.allowedPaymentMethods.map((m) => methodName(m)) : undefined,
     redirect_url: data.redirectUrl,
     cancel_url: data.cancelUrl,
   };

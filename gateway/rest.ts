@@ -7,16 +7,12 @@ import {
   ListLinksRequestSchema,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "./app.js";
+import { statusFromName } from "../services/shared/names.js";
 import { badRequest } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 import { linkStateError } from "./link-state.js";
 
 const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
-const QUERY_STATUS: Record<string, LinkStatus> = {
-  created: LinkStatus.CREATED,
-  used: LinkStatus.USED,
-  expired: LinkStatus.EXPIRED,
-};
 
 export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): void {
   const { links } = clients;
@@ -108,8 +104,8 @@ function queryInteger(value: unknown, name: string, message: string): number | u
 }
 
 function queryStatus(value: unknown): LinkStatus {
-  const status = QUERY_STATUS[queryString(value, "status") ?? ""];
-  if (status === undefined) throw badRequest("status must be one of created, used, expired");
+  const status = statusFromName(queryString(value, "status") ?? "");
+  if (status === LinkStatus.UNSPECIFIED) throw badRequest("status must be one of created, used, expired");
   return status;
 }
 

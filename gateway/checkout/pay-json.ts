@@ -9,7 +9,8 @@ import {
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { badRequest } from "../errors.js";
-import { fields, integer, isObject, methodFromName, string } from "../link-json.js";
+import { methodFromName } from "../../services/shared/names.js";
+import { fields, integer, isObject, string } from "../link-json.js";
 
 const PAY_FIELDS = ["payment_method", "card"] as const;
 const CARD_FIELDS = ["number", "exp_month", "exp_year", "cvc", "name"] as const;

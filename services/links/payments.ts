@@ -7,10 +7,10 @@ import {
   type CompletePaymentRequest,
   type CompletePaymentResponse,
   CompletePaymentResponseSchema,
-  PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
 import { newPaymentId } from "../shared/ids.js";
+import { methodName } from "../shared/names.js";
 import type { Logger } from "../shared/logger.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
@@ -24,7 +24,6 @@ export interface Payments {
   complete(req: CompletePaymentRequest): Promise<CompletePaymentResponse>;
 }
 
-const METHODS = { [PaymentMethod.CARD]: "card", [PaymentMethod.BANK_TRANSFER]: "bank_transfer" } as const;
 
 export interface PaymentsDeps {
   db: Db;
@@ -47,7 +46,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
 
   return {
     async complete(req) {
-      const method = METHODS[req.paymentMethod as keyof typeof METHODS];
+      const method = methodName(req.paymentMethod);
       if (!method) throw invalid("payment_method must be one of card, bank_transfer");
       const card: CardInput | undefined = method === "card" ? validateCard(req.card, clock) : undefined;
 

@@ -10,18 +10,13 @@ import {
   type LinkData,
   LinkDataSchema,
   LinkSchema,
-  LinkStatus,
   LinkType,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { statusFromName } from "../shared/names.js";
 import type { LinkStatusValue, links } from "./schema.js";
 
 export type LinkRow = typeof links.$inferSelect;
 
-const STATUS: Record<LinkStatusValue, LinkStatus> = {
-  created: LinkStatus.CREATED,
-  used: LinkStatus.USED,
-  expired: LinkStatus.EXPIRED,
-};
 
 export function statusAt(row: Pick<LinkRow, "status" | "expiresAt">, now: Date): LinkStatusValue {
   return row.status === "created" && now.getTime() >= row.expiresAt.getTime() ? "expired" : row.status;
@@ -44,7 +39,7 @@ export function toLink(row: LinkRow, now: Date, checkoutBaseUrl: string): Link {
     id: row.id,
     url: `${checkoutBaseUrl}/link/${row.id}`,
     type: LinkType.PAYMENT,
-    status: STATUS[status],
+    status: statusFromName(status),
     data: dataFromRow(row),
     clientId: row.clientId,
     expiresAt: timestampFromDate(row.expiresAt),
@@ -57,7 +52,7 @@ export function toLink(row: LinkRow, now: Date, checkoutBaseUrl: string): Link {
 export function toCheckout(row: LinkRow, now: Date): Checkout {
   return create(CheckoutSchema, {
     linkId: row.id,
-    status: STATUS[statusAt(row, now)],
+    status: statusFromName(statusAt(row, now)),
     data: dataFromRow(row),
     expiresAt: timestampFromDate(row.expiresAt),
   });

@@ -13,15 +13,12 @@ import {
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { currencyDigits, isKnownCurrency } from "../shared/money.js";
 import { isLinkId } from "../shared/ids.js";
+import { methodName, type StatusName, statusName } from "../shared/names.js";
 import { invalid } from "../shared/rpc-errors.js";
 
 export const DEFAULT_EXPIRES_IN = 43_200;
 const MAX_AMOUNT_MAJOR = 1_000_000_000n;
 const MAX_ITEMS = 100;
-const METHOD_NAMES: Record<number, string> = {
-  [PaymentMethod.CARD]: "card",
-  [PaymentMethod.BANK_TRANSFER]: "bank_transfer",
-};
 
 export interface NewLink {
   expiresIn: number;
@@ -83,10 +80,11 @@ function validateData(data: LinkData): LinkData {
 
   const seen = new Set<PaymentMethod>();
   data.allowedPaymentMethods.forEach((method, i) => {
-    if (!METHOD_NAMES[method]) {
+    const name = methodName(method);
+    if (!name) {
       throw invalid(`data.allowed_payment_methods[${i}] must be one of card, bank_transfer`);
     }
-    if (seen.has(method)) throw invalid(`data.allowed_payment_methods[${i}] repeats ${METHOD_NAMES[method]}`);
+    if (seen.has(method)) throw invalid(`data.allowed_payment_methods[${i}] repeats ${name}`);
     seen.add(method);
   });
   if (data.redirectUrl !== undefined) httpUrl("data.redirect_url", data.redirectUrl);
@@ -115,14 +113,8 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
 export interface ListQuery {
   limit: number;
   startingAfter: string | undefined;
-  status: "created" | "used" | "expired" | undefined;
+  status: StatusName | undefined;
 }
-
-const STATUS_NAMES = {
-  [LinkStatus.CREATED]: "created",
-  [LinkStatus.USED]: "used",
-  [LinkStatus.EXPIRED]: "expired",
-} as const;
 
 export function validateListLinks(req: ListLinksRequest): ListQuery {
   const limit = req.limit ?? 20;
@@ -130,10 +122,8 @@ export function validateListLinks(req: ListLinksRequest): ListQuery {
   if (req.startingAfter !== undefined && !isLinkId(req.startingAfter)) {
     throw invalid("starting_after must be a link id");
   }
-  if (req.status !== LinkStatus.UNSPECIFIED && !(req.status in STATUS_NAMES)) {
-    throw invalid("status must be one of created, used, expired");
-  }
-  const status = req.status === LinkStatus.UNSPECIFIED ? undefined : STATUS_NAMES[req.status as keyof typeof STATUS_NAMES];
+  const status = statusName(req.status);
+  if (req.status !== LinkStatus.UNSPECIFIED && !status) throw invalid("status must be one of created, used, expired");
   return { limit, startingAfter: req.startingAfter, status };
 }
 
