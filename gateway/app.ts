@@ -2,24 +2,15 @@
 // 404/405, and the REST and checkout routes. Its only dependency is a
 // LinkService client, handed in.
 import { randomUUID } from "node:crypto";
-import { ConnectError } from "@connectrpc/connect";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
 import type { Logger } from "../services/shared/logger.js";
 import { registerCheckout } from "./checkout/routes.js";
-import { type HttpError, httpErrorFromRpc, INTERNAL } from "./errors.js";
+import { type HttpError, httpErrorOf, INTERNAL } from "./errors.js";
+import { clientIdRequired } from "../services/shared/rpc-errors.js";
 import type { Clients } from "./clients.js";
-import { CLIENT_ID_REQUIRED, hasClientId, registerRest } from "./rest.js";
+import { hasClientId, registerRest } from "./rest.js";
 
-export const BODY_LIMIT = 64 * 1024;
-
-// Fastify's own client errors, in the contract's words.
-const FASTIFY_ERRORS: Record<string, HttpError> = {
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: { status: 415, message: "Content-Type must be application/json" },
-  FST_ERR_CTP_BODY_TOO_LARGE: { status: 413, message: "Request body too large" },
-  FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, message: "Invalid JSON data" },
-  FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, message: "Invalid JSON data" },
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, message: "Invalid Content-Length" },
-};
+const BODY_LIMIT = 64 * 1024;
 
 export interface GatewayDeps {
   clients: Clients;
@@ -46,7 +37,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     frameworkErrors: (_err, req, reply) => {
       reply.header("x-request-id", req.id);
       if (req.url.startsWith("/v1/") && !hasClientId(req)) {
-        return sendError(reply, { status: 400, message: CLIENT_ID_REQUIRED });
+        return sendError(reply, httpErrorOf(clientIdRequired())!);
       }
       // An id that cannot be decoded names no link (check 6).
       const notFound = req.url.startsWith("/v1/links/") ? "Link not found" : "Not found";
@@ -57,9 +48,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
   });
+  // Fastify would parse text/plain too; the contract takes JSON only (415).
+  app.removeContentTypeParser("text/plain");
 
   app.setErrorHandler((err: unknown, req, reply) => {
-    const known = knownError(err);
+    const known = httpErrorOf(err);
     if (known) {
       if (known.status >= 500) req.log.warn({ err }, "request failed");
       return sendError(reply, known);
@@ -81,16 +74,6 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   return app;
 }
 
-function knownError(err: unknown): HttpError | undefined {
-  if (err instanceof ConnectError) return httpErrorFromRpc(err);
-  const code = (err as { code?: unknown })?.code;
-  if (typeof code === "string" && FASTIFY_ERRORS[code]) return FASTIFY_ERRORS[code];
-  const status = (err as { statusCode?: unknown })?.statusCode;
-  if (typeof status === "number" && status >= 400 && status < 500) {
-    return { status, message: (err as Error).message };
-  }
-  return undefined;
-}
 
 export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
   return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });

@@ -28,6 +28,28 @@ const BY_CODE: Partial<Record<Code, number>> = {
 
 export const INTERNAL: HttpError = { status: 500, message: "Internal server error" };
 export const UNAVAILABLE: HttpError = { status: 503, message: "Service unavailable" };
+export const INVALID_JSON = "Invalid JSON data";
+
+// Fastify's own client errors, in the contract's words.
+const BY_FASTIFY_CODE: Record<string, HttpError> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: { status: 415, message: "Content-Type must be application/json" },
+  FST_ERR_CTP_BODY_TOO_LARGE: { status: 413, message: "Request body too large" },
+  FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, message: INVALID_JSON },
+  FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, message: INVALID_JSON },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, message: "Invalid Content-Length" },
+};
+
+/** The HTTP answer for any error a request met, or undefined for a fault to log as a 500. */
+export function httpErrorOf(err: unknown): HttpError | undefined {
+  if (err instanceof ConnectError) return httpErrorFromRpc(err);
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code === "string" && BY_FASTIFY_CODE[code]) return BY_FASTIFY_CODE[code];
+  const status = (err as { statusCode?: unknown })?.statusCode;
+  if (typeof status === "number" && status >= 400 && status < 500) {
+    return { status, message: (err as Error).message };
+  }
+  return undefined;
+}
 
 /** The HTTP answer for an RPC error, or undefined when it is a server fault to log. */
 export function httpErrorFromRpc(err: ConnectError): HttpError | undefined {

@@ -8,7 +8,8 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "./app.js";
 import { statusFromName } from "../services/shared/names.js";
-import { badRequest } from "./errors.js";
+import { clientIdRequired } from "../services/shared/rpc-errors.js";
+import { badRequest, INVALID_JSON } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 import { linkStateError } from "./link-state.js";
 
@@ -19,12 +20,9 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
   app.register(
     async (v1) => {
-      // Fastify parses text/plain by default; the contract takes JSON only (415).
-      v1.removeContentTypeParser("text/plain");
-
       // Check 1 of the contract, before the body is read or parsed.
       v1.addHook("onRequest", async (req) => {
-        if (!hasClientId(req)) throw badRequest(CLIENT_ID_REQUIRED);
+        if (!hasClientId(req)) throw clientIdRequired();
         // An empty body is no body, whatever its label: POST .../expire
         // needs none, and check 2 is for POSTs that carry one.
         if (req.headers["content-length"] === "0" && !req.headers["transfer-encoding"]) {
@@ -34,7 +32,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
       route(v1, "/links", {
         async POST(req, reply) {
-          if (!isObject(req.body)) throw badRequest("Invalid JSON data");
+          if (!isObject(req.body)) throw badRequest(INVALID_JSON);
           const key = req.headers["idempotency-key"];
           const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
           const res = await links.createLink(request, { headers: clientIdOf(req) });
@@ -76,8 +74,6 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
     { prefix: "/v1" },
   );
 }
-
-export const CLIENT_ID_REQUIRED = "Client ID header is required";
 
 export function hasClientId(req: FastifyRequest): boolean {
   const clientId = req.headers["client-id"];

@@ -8,7 +8,7 @@ import {
   type CompletePaymentResponse,
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
-import { badRequest } from "../errors.js";
+import { badRequest, INVALID_JSON } from "../errors.js";
 import { methodFromName } from "../../services/shared/names.js";
 import { fields, integer, isObject, string } from "../link-json.js";
 
@@ -16,7 +16,7 @@ const PAY_FIELDS = ["payment_method", "card"] as const;
 const CARD_FIELDS = ["number", "exp_month", "exp_year", "cvc", "name"] as const;
 
 export function paymentRequestFromJson(linkId: string, body: unknown): CompletePaymentRequest {
-  if (!isObject(body)) throw badRequest("Invalid JSON data");
+  if (!isObject(body)) throw badRequest(INVALID_JSON);
   const json = fields(body, "", PAY_FIELDS);
   const name = string(json.payment_method, "payment_method");
   if (name === undefined) throw badRequest("payment_method is required");

@@ -1,21 +1,16 @@
 // The customer's checkout: the page at /link/{id} and its pay endpoint. No
 // Client-Id: the customer holds only the link id.
-import { ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { type Checkout, LinkStatus } from "../../proto/gen/paylink/v1/link_service_pb.js";
-import { route, sendError, type GatewayDeps } from "../app.js";
-import { httpErrorFromRpc } from "../errors.js";
+import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { route, type GatewayDeps } from "../app.js";
+import { httpErrorOf } from "../errors.js";
+import { linkStateError } from "../link-state.js";
 import { sendPage } from "./layout.js";
 import { checkoutPage } from "./page.js";
 import { paymentRequestFromJson, paymentResultToJson } from "./pay-json.js";
 import { statusPage } from "./status-page.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
-
-const STATUS_PAGES: Partial<Record<LinkStatus, number>> = {
-  [LinkStatus.USED]: 409,
-  [LinkStatus.EXPIRED]: 410,
-};
 
 export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv }: GatewayDeps): void {
   const { links } = clients;
@@ -28,13 +23,16 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv }: 
         checkout = (await links.getCheckout({ linkId: idOf(req) })).checkout!;
       } catch (err) {
         // A customer gets a page, never a JSON error body.
-        const known = err instanceof ConnectError ? httpErrorFromRpc(err) : undefined;
-        const status = known?.status ?? 500;
+        const status = httpErrorOf(err)?.status ?? 500;
         if (status >= 500) req.log.error({ err }, "checkout page failed");
         return sendPage(reply, status, statusPage(status, { testMode }));
       }
-      const refused = STATUS_PAGES[checkout.status];
-      if (refused) return sendPage(reply, refused, statusPage(refused, { data: checkout.data, testMode }));
+      // The same refusal, and so the same status, as the API's for this link.
+      const refused = linkStateError(checkout.status);
+      if (refused) {
+        const status = httpErrorOf(refused)!.status;
+        return sendPage(reply, status, statusPage(status, { data: checkout.data, testMode }));
+      }
       return sendPage(reply, 200, checkoutPage(checkout, { testMode }));
     },
   });
@@ -43,11 +41,6 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv }: 
     async POST(req, reply) {
       // Set first, so error answers are not cached either.
       reply.header("cache-control", "no-store");
-      // Fastify also parses text/plain; the contract takes JSON only.
-      const type = req.headers["content-type"]?.split(";")[0]?.trim().toLowerCase();
-      if (type !== "application/json" && req.body !== undefined) {
-        return sendError(reply, { status: 415, message: "Content-Type must be application/json" });
-      }
       const request = paymentRequestFromJson(idOf(req), req.body);
       // Longer than other calls: the processor's round trip is inside it,
       // and a customer told "try again" must not have been charged meanwhile.
