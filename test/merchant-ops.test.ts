@@ -1,6 +1,6 @@
 // Issue 5 over real sockets: list, early expiry, idempotent create, and the
 // expiry sweeper. Time moves by the injected clock, never by sleeping.
-import { create } from "@bufbuild/protobuf";
+import { create, fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { sql } from "drizzle-orm";
@@ -13,6 +13,7 @@ import {
   LinkType,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { createDatabase } from "./support/database.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -122,6 +123,12 @@ describe("POST /v1/links/{id}/expire", () => {
     expect(res.body.created_at).toBe(link.created_at);
 
     expect((await api(stack, "GET", `/v1/links/${link.id}`, { clientId: me })).status).toBe(410);
+    const events = await stack.db.execute<{ payload: Uint8Array }>(
+      sql`SELECT payload FROM outbox WHERE subject = 'paylink.events.link.expired'`,
+    );
+    const mine = events.map((e) => fromBinary(EventSchema, e.payload)).filter((e) => e.linkId === link.id);
+    expect(mine).toHaveLength(1);
+    expect(mine[0]!.payload.case).toBe("linkExpired");
     await expect(
       grpc().completePayment({ linkId: link.id, paymentMethod: PaymentMethod.BANK_TRANSFER }),
     ).rejects.toMatchObject({ code: Code.FailedPrecondition, rawMessage: "Link has expired" });

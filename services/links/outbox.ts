@@ -23,6 +23,15 @@ export function newEvent(
   return create(EventSchema, { ...fields, id: randomUUID(), occurredAt: timestampFromDate(at) });
 }
 
+/** Announces that a link became expired, by time or by its merchant. */
+export function linkExpiredEvent(at: Date, link: { id: string; clientId: string; expiresAt: Date }): Event {
+  return newEvent(at, {
+    linkId: link.id,
+    clientId: link.clientId,
+    payload: { case: "linkExpired", value: { expiredAt: timestampFromDate(link.expiresAt) } },
+  });
+}
+
 export function subjectOf(event: Event): string {
   return SUBJECTS[event.payload.case as Payload];
 }

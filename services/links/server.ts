@@ -30,9 +30,11 @@ export interface LinksServerOptions {
 
 export async function startLinksServer(opts: LinksServerOptions) {
   const { db, clock, logger } = opts;
+  const onEventsCommitted = opts.onEventsCommitted ?? (() => {});
   const service = createLinkService({
     db,
     clock,
+    onEventsCommitted,
     checkoutBaseUrl: opts.checkoutBaseUrl,
     idempotency: createIdempotency({ db, clock }),
     payments: createPayments({
@@ -40,7 +42,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
       clock,
       processor: opts.processor,
       logger,
-      onEventsCommitted: opts.onEventsCommitted ?? (() => {}),
+      onEventsCommitted,
     }),
   });
   const handler = connectNodeAdapter({

@@ -11,6 +11,7 @@ import { clientIdRequired, invalid, linkExpired, linkNotFound, linkUsed, unautho
 import type { Idempotency } from "./idempotency.js";
 import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
+import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
 import { validateCreateLink, validateListLinks } from "./validate.js";
 
@@ -20,6 +21,8 @@ export interface LinkServiceDeps {
   checkoutBaseUrl: string;
   payments: Payments;
   idempotency: Idempotency;
+  /** Told after a transaction commits outbox events. */
+  onEventsCommitted: () => void;
 }
 
 export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof LinkService> {
@@ -71,8 +74,15 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       const clientId = requireClientId(ctx);
       const row = await ownLink(req.id, clientId);
       const now = clock.now();
-      const expired = await store.expireNow(db, row.id, now);
-      if (expired) return { link: toLink(expired, now, checkoutBaseUrl) };
+      const expired = await db.transaction(async (tx) => {
+        const changed = await store.expireNow(tx, row.id, now);
+        if (changed) await enqueue(tx, [linkExpiredEvent(now, changed)], now);
+        return changed;
+      });
+      if (expired) {
+        deps.onEventsCommitted();
+        return { link: toLink(expired, now, checkoutBaseUrl) };
+      }
       // Lost to a payment or to expiry: answer with what the link became.
       const current = (await store.findLink(db, row.id))!;
       throw statusAt(current, now) === "used" ? linkUsed() : linkExpired();

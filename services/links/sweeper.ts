@@ -9,8 +9,7 @@ import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
 import { deleteExpiredKeys } from "./idempotency.js";
-import { enqueue, newEvent } from "./outbox.js";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { enqueue, linkExpiredEvent } from "./outbox.js";
 import { links } from "./schema.js";
 
 export interface SweeperOptions {
@@ -48,11 +47,7 @@ export function createSweeper(opts: SweeperOptions) {
       await enqueue(
         tx,
         rows.map((row) =>
-          newEvent(now, {
-            linkId: row.id,
-            clientId: row.client_id,
-            payload: { case: "linkExpired", value: { expiredAt: timestampFromDate(new Date(row.expires_at)) } },
-          }),
+          linkExpiredEvent(now, { id: row.id, clientId: row.client_id, expiresAt: new Date(row.expires_at) }),
         ),
         now,
       );
