@@ -7,11 +7,10 @@ import {
   ListLinksRequestSchema,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "./app.js";
-import { statusFromName } from "../services/shared/names.js";
-import { clientIdRequired } from "../services/shared/rpc-errors.js";
+import { statusFromName, statusName } from "../services/shared/names.js";
+import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
-import { linkStateError } from "./link-state.js";
 
 const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
 
@@ -58,7 +57,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           const { link } = await links.getLink({ id: idOf(req) }, { headers: clientIdOf(req) });
           // REST shows only payable links here; used and expired ones are
           // the contract's 409 and 410 (the list and gRPC still show them).
-          const refused = linkStateError(link!.status);
+          const refused = linkStateError(statusName(link!.status));
           if (refused) throw refused;
           return sendLink(reply, link!);
         },

@@ -4,7 +4,8 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "../app.js";
 import { httpErrorOf } from "../errors.js";
-import { linkStateError } from "../link-state.js";
+import { statusName } from "../../services/shared/names.js";
+import { linkStateError } from "../../services/shared/rpc-errors.js";
 import { sendPage } from "./layout.js";
 import { checkoutPage } from "./page.js";
 import { paymentRequestFromJson, paymentResultToJson } from "./pay-json.js";
@@ -28,7 +29,7 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv }: 
         return sendPage(reply, status, statusPage(status, { testMode }));
       }
       // The same refusal, and so the same status, as the API's for this link.
-      const refused = linkStateError(checkout.status);
+      const refused = linkStateError(statusName(checkout.status));
       if (refused) {
         const status = httpErrorOf(refused)!.status;
         return sendPage(reply, status, statusPage(status, { data: checkout.data, testMode }));

@@ -14,7 +14,7 @@ import { methodName } from "../shared/names.js";
 import type { Logger } from "../shared/logger.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
-import { cardDeclined, invalid, linkExpired, linkNotFound, linkUsed, processorNotConfigured, processorUnavailable } from "../shared/rpc-errors.js";
+import { cardDeclined, invalid, linkStateError, linkNotFound, linkUsed, processorNotConfigured, processorUnavailable } from "../shared/rpc-errors.js";
 import { enqueue, newEvent } from "./outbox.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
 import { dataFromRow, type LinkRow, statusAt } from "./records.js";
@@ -39,9 +39,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
   const { db, clock } = deps;
 
   function refuseUnpayable(row: LinkRow, now: Date): void {
-    const status = statusAt(row, now);
-    if (status === "used") throw linkUsed();
-    if (status === "expired") throw linkExpired();
+    const refused = linkStateError(statusAt(row, now));
+    if (refused) throw refused;
   }
 
   return {
@@ -126,9 +125,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
 
       if (!won) {
         await voidQuietly(processor, auth.authorizationId, deps.logger);
+        // The transition found the link no longer live: it is used or expired now.
         const current = (await store.findLink(db, row.id))!;
-        refuseUnpayable(current, clock.now());
-        throw linkExpired(); // not reached: a link that could not be used is used or expired
+        throw linkStateError(statusAt(current, clock.now())) ?? linkUsed();
       }
       deps.onEventsCommitted();
       // The link is ours; the authorization holds the funds, so a failed

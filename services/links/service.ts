@@ -7,7 +7,7 @@ import {
 import type { Clock } from "../shared/clock.js";
 import { newLinkId } from "../shared/ids.js";
 import type { Db } from "./db.js";
-import { clientIdRequired, invalid, linkExpired, linkNotFound, linkUsed, unauthorized } from "../shared/rpc-errors.js";
+import { clientIdRequired, invalid, linkExpired, linkNotFound, linkStateError, unauthorized } from "../shared/rpc-errors.js";
 import type { Idempotency } from "./idempotency.js";
 import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
@@ -85,7 +85,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       }
       // Lost to a payment or to expiry: answer with what the link became.
       const current = (await store.findLink(db, row.id))!;
-      throw statusAt(current, now) === "used" ? linkUsed() : linkExpired();
+      throw linkStateError(statusAt(current, now)) ?? linkExpired();
     },
 
     async getCheckout(req) {

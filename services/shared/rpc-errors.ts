@@ -42,3 +42,10 @@ export const processorNotConfigured = () =>
   withReason("Payments are not available: no payment processor is configured", Code.Unavailable, "PROCESSOR_NOT_CONFIGURED");
 export const processorUnavailable = () =>
   withReason("The payment processor is unavailable; please try again", Code.Unavailable, "PROCESSOR_UNAVAILABLE");
+
+/** Why a link in this status cannot be used or changed; undefined while it is live. */
+export function linkStateError(status: "created" | "used" | "expired" | undefined): ConnectError | undefined {
+  if (status === "used") return linkUsed();
+  if (status === "expired") return linkExpired();
+  return undefined;
+}
