@@ -1,0 +1,62 @@
+// Settings are parsed once at start-up; a bad value stops the process with a
+// message that names the variable.
+import { spawnSync } from "node:child_process";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../services/shared/config.js";
+
+describe("loadConfig", () => {
+  it("has the contract's defaults", () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({
+      env: "test",
+      databaseUrl: undefined,
+      natsUrl: "nats://127.0.0.1:4222",
+      gatewayPort: 8080,
+      linksPort: 50051,
+      notifierPort: 8090,
+      publicBaseUrl: "http://localhost:8080",
+      checkoutBaseUrl: "http://localhost:8080",
+      logLevel: "info",
+    });
+    expect(config.webhookRetrySchedule).toEqual(
+      [5, 30, 120, 600, 1800, 3600, 10800, 21600, 43200, 86400].map((s) => s * 1000),
+    );
+  });
+
+  it("derives the public and checkout URLs from the gateway port", () => {
+    expect(loadConfig({ GATEWAY_PORT: "9000" }).checkoutBaseUrl).toBe("http://localhost:9000");
+    expect(loadConfig({ PUBLIC_BASE_URL: "https://api.example.com/" }).checkoutBaseUrl).toBe("https://api.example.com");
+  });
+
+  it.each([
+    ["PAYLINK_ENV", "staging"],
+    ["GATEWAY_PORT", "80a"],
+    ["LINKS_PORT", "70000"],
+    ["PUBLIC_BASE_URL", "ftp://example.com"],
+    ["CHECKOUT_BASE_URL", "not a url"],
+    ["WEBHOOK_RETRY_SCHEDULE", "5s,soon"],
+    ["LOG_LEVEL", "loud"],
+  ])("refuses %s=%s with a message naming it", (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name} `));
+  });
+
+  it("parses a millisecond schedule for tests", () => {
+    expect(loadConfig({ WEBHOOK_RETRY_SCHEDULE: "50ms, 1s,2m" }).webhookRetrySchedule).toEqual([50, 1000, 120_000]);
+  });
+});
+
+describe("an entry point with a bad setting", () => {
+  it.each(["gateway/main.ts", "services/links/main.ts", "services/notifier/main.ts"])(
+    "%s exits 1 and names the variable",
+    (entry) => {
+      const run = spawnSync(process.execPath, ["--import", "tsx", entry], {
+        env: { ...process.env, PAYLINK_ENV: "staging" },
+        encoding: "utf8",
+        timeout: 20_000,
+      });
+      expect(run.status).toBe(1);
+      expect(run.stderr).toContain('PAYLINK_ENV must be one of test, production; got "staging"');
+    },
+  );
+});
