@@ -14,6 +14,7 @@ import {
   LinkStatus,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createCaptureRetrier } from "../services/links/captures.js";
 import { createPayments } from "../services/links/payments.js";
 import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
 import { links, outbox, payments } from "../services/links/schema.js";
@@ -105,6 +106,7 @@ describe("single use", () => {
       id: "pay-second",
       linkId: id,
       transactionId: "txn-second",
+      authorizationId: "auth-second",
       amountValue: 1050n,
       currency: "USD",
       method: "bank_transfer",
@@ -243,6 +245,29 @@ describe("when the processor or the clock get in the way", () => {
     expect(await paymentRows(id)).toHaveLength(1);
     const err = await payments.complete(bankTransfer(id)).catch((e: unknown) => e);
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
+  });
+
+  it("records the capture, and the capture job finishes one the payment path could not", async () => {
+    const paid = await createLink();
+    expect((await pay(paid)).status).toBe(200);
+    expect((await paymentRows(paid))[0]!.capturedAt).toBeInstanceOf(Date);
+
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    const captureDown: PaymentProcessor = { ...sandbox, capture: async () => Promise.reject(new Error("timeout")) };
+    await paymentsWith(captureDown, clock).complete(bankTransfer(id));
+    const [owed] = await paymentRows(id);
+    expect(owed!.capturedAt).toBeNull();
+    expect([...sandbox.authorizations.values()]).toEqual(["authorized"]);
+
+    const retrier = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
+    await retrier.retry(); // within the grace period: left to the payment path
+    expect((await paymentRows(id))[0]!.capturedAt).toBeNull();
+    clock.advance(31_000);
+    await retrier.retry();
+    expect((await paymentRows(id))[0]!.capturedAt).toEqual(clock.now());
+    expect(sandbox.authorizations.get(owed!.authorizationId)).toBe("captured");
   });
 
   it("answers Unavailable (REST 503) when the processor cannot authorize, and the link stays payable", async () => {

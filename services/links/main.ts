@@ -1,6 +1,7 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
 import { systemClock } from "../shared/clock.js";
 import { runMain } from "../shared/run-main.js";
+import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
 import { createSandboxProcessor } from "./processor.js";
 import { createRelay } from "./relay.js";
@@ -21,6 +22,7 @@ await runMain("links", async (config, logger) => {
   // Publishes outbox events right after each commit; polls only as a fallback.
   const relay = createRelay({ db, natsUrl: config.natsUrl, clock, logger: logger.child({ component: "relay" }) });
   const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick });
+  const captures = processor && createCaptureRetrier({ db, processor, clock, logger });
   const server = await startLinksServer({
     db,
     port: config.linksPort,
@@ -32,6 +34,7 @@ await runMain("links", async (config, logger) => {
   });
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();
+  captures?.start();
   logger.info(
     { port: server.port, env: config.env, processor: processor?.name ?? "none" },
     "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
@@ -41,6 +44,7 @@ await runMain("links", async (config, logger) => {
     async close() {
       await server.close();
       await sweeper.close();
+      await captures?.close();
       await relay.close();
       await closeDb();
     },

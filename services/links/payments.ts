@@ -15,6 +15,7 @@ import type { Logger } from "../shared/logger.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
 import { cardDeclined, invalid, linkStateError, linkNotFound, linkUsed, processorNotConfigured, processorUnavailable } from "../shared/rpc-errors.js";
+import { captureAndRecord } from "./captures.js";
 import { enqueue, newEvent } from "./outbox.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
 import { dataFromRow, type LinkRow, statusAt } from "./records.js";
@@ -80,6 +81,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
             id: paymentId,
             linkId: row.id,
             transactionId: auth.transactionId,
+            authorizationId: auth.authorizationId,
             amountValue: amount.value,
             currency: amount.currency,
             method,
@@ -130,11 +132,11 @@ export function createPayments(deps: PaymentsDeps): Payments {
         throw linkStateError(statusAt(current, clock.now())) ?? linkUsed();
       }
       deps.onEventsCommitted();
-      // The link is ours; the authorization holds the funds, so a failed
-      // capture is retried by operations, never answered as a failed payment.
-      await processor.capture(auth.authorizationId).catch((err: unknown) => {
-        deps.logger.error({ err, paymentId, linkId: row.id }, "capture failed after the link was used");
-      });
+      // The link is ours and the hold keeps the funds: a capture that fails
+      // here is retried by the capture job, never answered as a failed payment.
+      await captureAndRecord(db, processor, clock, { id: paymentId, authorizationId: auth.authorizationId }).catch(
+        (err: unknown) => deps.logger.warn({ err, paymentId, linkId: row.id }, "capture failed; it will be retried"),
+      );
       return create(CompletePaymentResponseSchema, {
         linkId: row.id,
         paymentId,

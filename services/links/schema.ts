@@ -44,22 +44,29 @@ export const links = pgTable(
   ],
 );
 
-export const payments = pgTable("payments", {
-  id: text("id").primaryKey(),
-  // The database, not only the code, holds a link to one payment.
-  linkId: text("link_id")
-    .notNull()
-    .unique("payments_link_id_key")
-    .references(() => links.id),
-  transactionId: text("transaction_id").notNull(),
-  amountValue: bigint("amount_value", { mode: "bigint" }).notNull(),
-  currency: char("currency", { length: 3 }).notNull(),
-  method: text("method", { enum: ["card", "bank_transfer"] }).notNull(),
-  // Never the card number or CVC: only what a receipt may show.
-  cardBrand: text("card_brand"),
-  cardLast4: char("card_last4", { length: 4 }),
-  createdAt: at("created_at").notNull(),
-});
+export const payments = pgTable(
+  "payments",
+  {
+    id: text("id").primaryKey(),
+    // The database, not only the code, holds a link to one payment.
+    linkId: text("link_id")
+      .notNull()
+      .unique("payments_link_id_key")
+      .references(() => links.id),
+    transactionId: text("transaction_id").notNull(),
+    /** The processor's hold; captured once the link is ours, retried until it is. */
+    authorizationId: text("authorization_id").notNull(),
+    capturedAt: at("captured_at"),
+    amountValue: bigint("amount_value", { mode: "bigint" }).notNull(),
+    currency: char("currency", { length: 3 }).notNull(),
+    method: text("method", { enum: ["card", "bank_transfer"] }).notNull(),
+    // Never the card number or CVC: only what a receipt may show.
+    cardBrand: text("card_brand"),
+    cardLast4: char("card_last4", { length: 4 }),
+    createdAt: at("created_at").notNull(),
+  },
+  (t) => [index("payments_uncaptured_idx").on(t.createdAt).where(sql`captured_at IS NULL`)],
+);
 
 export const outbox = pgTable(
   "outbox",

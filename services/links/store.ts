@@ -1,6 +1,6 @@
 // Every query of the link service. Each takes the database or a transaction,
 // so callers decide what runs atomically.
-import { and, desc, eq, gt, lt, lte, or, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gt, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import type { Executor } from "./db.js";
 import { links, type LinkStatusValue, payments } from "./schema.js";
@@ -80,4 +80,19 @@ export async function insertPayment(db: Executor, row: typeof payments.$inferIns
 export async function paymentExists(db: Executor, id: string): Promise<boolean> {
   const [row] = await db.select({ id: payments.id }).from(payments).where(eq(payments.id, id)).limit(1);
   return row !== undefined;
+}
+
+export async function markCaptured(db: Executor, id: string, at: Date): Promise<void> {
+  await db.update(payments).set({ capturedAt: at }).where(eq(payments.id, id));
+}
+
+/** Payments whose capture has not been recorded since `before`, locked so copies share the work. */
+export async function claimUncaptured(db: Executor, before: Date, limit: number) {
+  return db
+    .select({ id: payments.id, authorizationId: payments.authorizationId })
+    .from(payments)
+    .where(and(isNull(payments.capturedAt), lte(payments.createdAt, before)))
+    .orderBy(asc(payments.createdAt))
+    .limit(limit)
+    .for("update", { skipLocked: true });
 }
