@@ -59,6 +59,26 @@ export async function markUsed(db: Executor, id: string, now: Date): Promise<Lin
   return row;
 }
 
+/**
+ * Records up to `limit` links whose expires_at has passed as expired, the
+ * moment they changed being their expires_at. Walks the partial index of
+ * created links and skips rows another sweeper holds.
+ */
+export async function expireDue(db: Executor, now: Date, limit: number) {
+  const rows = await db.execute<{ id: string; client_id: string; expires_at: string }>(sql`
+    WITH due AS (
+      SELECT ${links.id} FROM ${links}
+      WHERE ${links.status} = 'created' AND ${links.expiresAt} <= ${now.toISOString()}::timestamptz
+      ORDER BY ${links.expiresAt}
+      LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED
+    )
+    UPDATE ${links} SET status = 'expired', updated_at = ${links.expiresAt}
+    FROM due WHERE ${links.id} = due.id
+    RETURNING ${links.id}, ${links.clientId}, ${links.expiresAt}`);
+  return rows.map((row) => ({ id: row.id, clientId: row.client_id, expiresAt: new Date(row.expires_at) }));
+}
+
 /** created -> expired now, only while the link is live. */
 export async function expireNow(db: Executor, id: string, now: Date): Promise<LinkRow | undefined> {
   const [row] = await db

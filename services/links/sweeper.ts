@@ -4,13 +4,12 @@
 // The partial index on expires_at for created links makes each batch cost
 // what it expires, whatever the table's size, and SKIP LOCKED lets several
 // link service copies sweep side by side.
-import { sql } from "drizzle-orm";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
 import { deleteExpiredKeys } from "./idempotency.js";
 import { enqueue, linkExpiredEvent } from "./outbox.js";
-import { links } from "./schema.js";
+import * as store from "./store.js";
 
 export interface SweeperOptions {
   db: Db;
@@ -33,22 +32,10 @@ export function createSweeper(opts: SweeperOptions) {
   async function sweepBatch(): Promise<number> {
     const now = clock.now();
     const expired = await db.transaction(async (tx) => {
-      const rows = await tx.execute<{ id: string; client_id: string; expires_at: string }>(sql`
-        WITH due AS (
-          SELECT ${links.id} FROM ${links}
-          WHERE ${links.status} = 'created' AND ${links.expiresAt} <= ${now.toISOString()}::timestamptz
-          ORDER BY ${links.expiresAt}
-          LIMIT ${batchSize}
-          FOR UPDATE SKIP LOCKED
-        )
-        UPDATE ${links} SET status = 'expired', updated_at = ${links.expiresAt}
-        FROM due WHERE ${links.id} = due.id
-        RETURNING ${links.id}, ${links.clientId}, ${links.expiresAt}`);
+      const rows = await store.expireDue(tx, now, batchSize);
       await enqueue(
         tx,
-        rows.map((row) =>
-          linkExpiredEvent(now, { id: row.id, clientId: row.client_id, expiresAt: new Date(row.expires_at) }),
-        ),
+        rows.map((row) => linkExpiredEvent(now, row)),
         now,
       );
       return rows.length;
