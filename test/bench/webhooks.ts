@@ -89,6 +89,7 @@ async function main() {
     const base = `http://127.0.0.1:${gateway.port}`;
 
     const latencies: number[] = [];
+    const sinceRequest: number[] = [];
     for (let i = 0; i < WARMUP + PAYMENTS; i++) {
       const created = await fetch(`${base}/v1/links`, {
         method: "POST",
@@ -101,6 +102,7 @@ async function main() {
       });
       const { id } = (await created.json()) as { id: string };
       const arrived = new Promise<void>((resolve) => waiters.set(id, resolve));
+      const sentAt = performance.now();
       const paid = await fetch(`${base}/link/${id}/pay`, {
         method: "POST",
         headers: { "content-type": "application/json" },
@@ -114,15 +116,27 @@ async function main() {
         new Promise((_, reject) => setTimeout(() => reject(new Error(`no webhook for ${id} within 5 s`)), 5000)),
       ]);
       // Negative when the webhook arrived before the answer did.
-      if (i >= WARMUP) latencies.push(arrivals.get(id)! - answeredAt);
+      if (i >= WARMUP) {
+        latencies.push(arrivals.get(id)! - answeredAt);
+        sinceRequest.push(arrivals.get(id)! - sentAt);
+      }
     }
 
-    latencies.sort((a, b) => a - b);
-    const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.ceil((p / 100) * latencies.length) - 1)]!;
     const fmt = (ms: number) => `${ms.toFixed(1)} ms`;
-    console.log(`webhook latency, pay answer -> receiver request, ${latencies.length} payments (after ${WARMUP} warm-up):`);
-    console.log(`  p50 ${fmt(pct(50))}   p90 ${fmt(pct(90))}   p99 ${fmt(pct(99))}   max ${fmt(latencies.at(-1)!)}   min ${fmt(latencies[0]!)}`);
-    console.log(`  target p99 < 100 ms: ${pct(99) < 100 ? "met" : "NOT met"}`);
+    const summary = (values: number[]) => {
+      const sorted = [...values].sort((a, b) => a - b);
+      const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+      return {
+        p99: pct(99),
+        line: `p50 ${fmt(pct(50))}   p90 ${fmt(pct(90))}   p99 ${fmt(pct(99))}   max ${fmt(sorted.at(-1)!)}   min ${fmt(sorted[0]!)}`,
+      };
+    };
+    const answer = summary(latencies);
+    console.log(`webhook latency over ${latencies.length} payments (after ${WARMUP} warm-up):`);
+    console.log(`  pay answer -> receiver request:  ${answer.line}`);
+    console.log(`  (negative: the webhook arrived before the pay answer did)`);
+    console.log(`  pay request -> receiver request: ${summary(sinceRequest).line}`);
+    console.log(`  target p99 < 100 ms after the answer: ${answer.p99 < 100 ? "met" : "NOT met"}`);
   } finally {
     for (const close of closers.reverse()) await close().catch(() => {});
     await nats.close();
