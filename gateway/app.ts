@@ -2,7 +2,7 @@
 // 404/405, and the REST and checkout routes. Its only dependency is a
 // LinkService client, handed in.
 import { randomUUID } from "node:crypto";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
+import Fastify, { type LogLevel, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
 import type { Logger } from "../services/shared/logger.js";
 import { registerCheckout } from "./checkout/routes.js";
 import { type HttpError, httpErrorOf, INTERNAL } from "./errors.js";
@@ -62,13 +62,15 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
   app.setNotFoundHandler((_req, reply) => sendError(reply, { status: 404, message: "Not found" }));
 
-  route(app, "/healthz", { GET: async () => ({ status: "ok" }) });
+  // Probes poll these every few seconds; their requests are not worth a log line.
+  const probe = { logLevel: "warn" } as const;
+  route(app, "/healthz", { GET: async () => ({ status: "ok" }) }, probe);
   route(app, "/readyz", {
     async GET(_req, reply) {
       const ready = await deps.clients.ready();
       return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
     },
-  });
+  }, probe);
   registerRest(app, deps);
   registerCheckout(app, deps);
   return app;
@@ -83,9 +85,14 @@ type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
 const ALL_METHODS: HTTPMethods[] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
 /** Registers a path's handlers; every other method answers 405 with Allow. */
-export function route(app: FastifyInstance, url: string, handlers: Partial<Record<"GET" | "POST", Handler>>): void {
+export function route(
+  app: FastifyInstance,
+  url: string,
+  handlers: Partial<Record<"GET" | "POST", Handler>>,
+  options: { logLevel?: LogLevel } = {},
+): void {
   const allowed = Object.keys(handlers) as ("GET" | "POST")[];
-  for (const method of allowed) app.route({ method, url, handler: handlers[method]! });
+  for (const method of allowed) app.route({ method, url, handler: handlers[method]!, ...options });
   // Fastify answers HEAD for every GET route.
   const served = ALL_METHODS.filter((m) => allowed.includes(m as "GET") || (m === "HEAD" && allowed.includes("GET")));
   const allow = served.join(", ");
