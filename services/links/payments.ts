@@ -12,19 +12,26 @@ import type { Clock } from "../shared/clock.js";
 import { newPaymentId } from "../shared/ids.js";
 import { methodName } from "../shared/names.js";
 import type { Logger } from "../shared/logger.js";
+import {
+  cardDeclined,
+  invalid,
+  linkNotFound,
+  linkStateError,
+  linkUsed,
+  processorNotConfigured,
+  processorUnavailable,
+} from "../shared/rpc-errors.js";
+import { captureAndRecord } from "./captures.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
-import { cardDeclined, invalid, linkStateError, linkNotFound, linkUsed, processorNotConfigured, processorUnavailable } from "../shared/rpc-errors.js";
-import { captureAndRecord } from "./captures.js";
 import { enqueue, newEvent } from "./outbox.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
-import { dataFromRow, type LinkRow, statusAt } from "./records.js";
+import { dataFromRow, statusAt } from "./records.js";
 import * as store from "./store.js";
 
 export interface Payments {
   complete(req: CompletePaymentRequest): Promise<CompletePaymentResponse>;
 }
-
 
 export interface PaymentsDeps {
   db: Db;
@@ -39,11 +46,6 @@ export interface PaymentsDeps {
 export function createPayments(deps: PaymentsDeps): Payments {
   const { db, clock } = deps;
 
-  function refuseUnpayable(row: LinkRow, now: Date): void {
-    const refused = linkStateError(statusAt(row, now));
-    if (refused) throw refused;
-  }
-
   return {
     async complete(req) {
       const method = methodName(req.paymentMethod);
@@ -52,7 +54,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
 
       const row = await store.findLink(db, req.linkId);
       if (!row) throw linkNotFound();
-      refuseUnpayable(row, clock.now());
+      const refused = linkStateError(statusAt(row, clock.now()));
+      if (refused) throw refused;
       const data = dataFromRow(row);
       if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
         throw invalid(`payment_method ${method} is not accepted for this link`);
@@ -115,13 +118,11 @@ export function createPayments(deps: PaymentsDeps): Payments {
         // A connection lost during COMMIT may still have committed: release
         // the hold only for a payment that is surely not there.
         const committed = await store.paymentExists(db, paymentId).catch(() => undefined);
-        if (committed === false) await voidQuietly(processor, auth.authorizationId, deps.logger);
-        if (committed !== true) {
-          if (committed === undefined) {
-            deps.logger.error({ paymentId, linkId: row.id }, "payment outcome unknown; hold left for reconciliation");
-          }
-          throw err;
+        if (committed === undefined) {
+          deps.logger.error({ paymentId, linkId: row.id }, "payment outcome unknown; hold left for reconciliation");
         }
+        if (committed === false) await voidQuietly(processor, auth.authorizationId, deps.logger);
+        if (committed !== true) throw err;
         won = true;
       }
 
