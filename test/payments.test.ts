@@ -247,6 +247,50 @@ describe("when the processor or the clock get in the way", () => {
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
   });
 
+  it("keeps a payment whose COMMIT landed though the connection failed after it", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    // The real database; only the answer to COMMIT is lost, as when a
+    // connection drops right after the server committed.
+    const lossy = Object.create(stack.db, {
+      transaction: {
+        value: async (work: Parameters<typeof stack.db.transaction>[0]) => {
+          await stack.db.transaction(work);
+          throw new Error("connection lost");
+        },
+      },
+    }) as typeof stack.db;
+    const payments = createPayments({
+      db: lossy,
+      clock: testClock(stack.clock.now()),
+      processor: sandbox,
+      logger: silent,
+      onEventsCommitted: () => {},
+    });
+    const res = await payments.complete(bankTransfer(id));
+    expect(res.linkId).toBe(id);
+    expect(await paymentRows(id)).toHaveLength(1);
+    expect([...sandbox.authorizations.values()]).toEqual(["captured"]);
+  });
+
+  it("voids the hold when the payment transaction fails before it commits", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    const failing = Object.create(stack.db, {
+      transaction: { value: async () => Promise.reject(new Error("connection lost")) },
+    }) as typeof stack.db;
+    const payments = createPayments({
+      db: failing,
+      clock: testClock(stack.clock.now()),
+      processor: sandbox,
+      logger: silent,
+      onEventsCommitted: () => {},
+    });
+    await expect(payments.complete(bankTransfer(id))).rejects.toThrow("connection lost");
+    expect(await paymentRows(id)).toHaveLength(0);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+  });
+
   it("records the capture, and the capture job finishes one the payment path could not", async () => {
     const paid = await createLink();
     expect((await pay(paid)).status).toBe(200);
