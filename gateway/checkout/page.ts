@@ -3,6 +3,7 @@
 // no client id, so the page cannot show them by mistake.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Checkout, type LinkData, PaymentMethod } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { type MethodName, methodName } from "../../services/shared/names.js";
 import { formatExpiry, formatMoney } from "./format.js";
 import { type Html, html } from "./html.js";
 import { documentOf } from "./layout.js";
@@ -13,10 +14,7 @@ export interface PageOptions {
 }
 
 const ALL_METHODS = [PaymentMethod.CARD, PaymentMethod.BANK_TRANSFER];
-const METHOD_LABELS: Record<number, { value: string; label: string }> = {
-  [PaymentMethod.CARD]: { value: "card", label: "Card" },
-  [PaymentMethod.BANK_TRANSFER]: { value: "bank_transfer", label: "Bank transfer" },
-};
+const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer: "Bank transfer" };
 
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
   const merchant = data?.merchantName?.trim() || "Payment request";
@@ -33,6 +31,7 @@ export function checkoutPage(checkout: Checkout, opts: PageOptions): string {
   const total = formatMoney(data.amount!.value, currency);
   const money = (minor: bigint) => formatMoney(minor, currency);
   const methods = data.allowedPaymentMethods.length > 0 ? ALL_METHODS.filter((m) => data.allowedPaymentMethods.includes(m)) : ALL_METHODS;
+  const names = methods.map((m) => methodName(m)!);
   const offersCard = methods.includes(PaymentMethod.CARD);
   const customer = data.customer;
   const cancelUrl = data.cancelUrl && /^https?:\/\//i.test(data.cancelUrl) ? data.cancelUrl : undefined;
@@ -59,12 +58,12 @@ ${data.items.map(
   // One method needs no choice; the hidden input still tells the script which.
   const methodChoice =
     methods.length > 1
-      ? html`<fieldset><legend>Payment method</legend><div class="methods">${methods.map(
-          (m, i) => html`<div class="method"><input type="radio" id="method-${METHOD_LABELS[m]!.value}" name="payment_method" value="${
-            METHOD_LABELS[m]!.value
-          }"${i === 0 ? html` checked` : ""}><label for="method-${METHOD_LABELS[m]!.value}">${METHOD_LABELS[m]!.label}</label></div>`,
+      ? html`<fieldset><legend>Payment method</legend><div class="methods">${names.map(
+          (name, i) => html`<div class="method"><input type="radio" id="method-${name}" name="payment_method" value="${name}"${
+            i === 0 ? html` checked` : ""
+          }><label for="method-${name}">${METHOD_LABELS[name]}</label></div>`,
         )}</div></fieldset>`
-      : html`<input type="hidden" name="payment_method" value="${METHOD_LABELS[methods[0]!]!.value}">`;
+      : html`<input type="hidden" name="payment_method" value="${names[0]!}">`;
 
   const cardFields = offersCard
     ? html`<div id="card-fields">
