@@ -20,13 +20,14 @@ export function paymentRequestFromJson(linkId: string, body: unknown): CompleteP
   const json = fields(body, "", PAY_FIELDS);
   const name = string(json.payment_method, "payment_method");
   if (name === undefined) throw badRequest("payment_method is required");
+  // An unknown method and a card missing for one are the LinkService's to refuse.
   const method = methodFromName(name);
-  if (method === PaymentMethod.UNSPECIFIED) throw badRequest("payment_method must be one of card, bank_transfer");
-  if (method !== PaymentMethod.CARD) {
-    if (json.card !== undefined) throw badRequest("card is only accepted with payment_method card");
+  if (method === PaymentMethod.BANK_TRANSFER && json.card !== undefined) {
+    throw badRequest("card is only accepted with payment_method card");
+  }
+  if (method !== PaymentMethod.CARD || json.card === undefined) {
     return create(CompletePaymentRequestSchema, { linkId, paymentMethod: method });
   }
-  if (json.card === undefined) throw badRequest("card is required for payment_method card");
   const card = fields(json.card, "card", CARD_FIELDS);
   const required = <T>(value: T | undefined, path: string): T => {
     if (value === undefined) throw badRequest(`${path} is required`);
