@@ -4,7 +4,6 @@
 // together, so a retry never creates a second link.
 import { createHash } from "node:crypto";
 import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { and, eq, isNull, lte } from "drizzle-orm";
 import {
   type CreateLinkRequest,
   CreateLinkRequestSchema,
@@ -13,10 +12,11 @@ import {
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
 import type { Db, Executor } from "./db.js";
-import { idempotencyKeyInUse, idempotencyKeyReused, invalid } from "../shared/rpc-errors.js";
-import { idempotencyKeys } from "./schema.js";
+import { idempotencyKeyInUse, idempotencyKeyReused } from "../shared/rpc-errors.js";
+import { validateIdempotencyKey } from "./validate.js";
+import * as store from "./store.js";
 
-export const KEY_TTL_MS = 24 * 3_600_000;
+const KEY_TTL_MS = 24 * 3_600_000;
 // A first request that has held its key this long died before answering;
 // its key is free again.
 const ABANDONED_MS = 5 * 60_000;
@@ -32,45 +32,33 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
     async run(clientId, req, work) {
       const key = req.idempotencyKey;
       if (key === undefined) return work(db);
-      if (key.length < 1 || key.length > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
-      if (/[\x00-\x1f\x7f]/.test(key)) throw invalid("Idempotency-Key must not contain control characters");
+      validateIdempotencyKey(key);
       const requestHash = hashRequest(req);
-      const pk = and(eq(idempotencyKeys.clientId, clientId), eq(idempotencyKeys.key, key));
+      const ref = { clientId, key };
 
       for (let attempt = 0; attempt < 3; attempt++) {
         const now = clock.now();
-        const claimed = await db
-          .insert(idempotencyKeys)
-          .values({ clientId, key, requestHash, createdAt: now })
-          .onConflictDoNothing()
-          .returning({ key: idempotencyKeys.key });
-        if (claimed.length > 0) {
+        if (await store.claimKey(db, ref, requestHash, now)) {
           try {
             return await db.transaction(async (tx) => {
               const res = await work(tx);
               // Only while the key is still ours: a first request slow enough to
               // be taken for abandoned must not overwrite its successor's answer.
-              const saved = await tx
-                .update(idempotencyKeys)
-                .set({ response: toBinary(CreateLinkResponseSchema, res) })
-                .where(and(pk, eq(idempotencyKeys.createdAt, now), isNull(idempotencyKeys.response)))
-                .returning({ key: idempotencyKeys.key });
-              if (saved.length === 0) throw idempotencyKeyInUse(); // rolls the link back
+              const saved = await store.saveKeyResponse(tx, ref, now, toBinary(CreateLinkResponseSchema, res));
+              if (!saved) throw idempotencyKeyInUse(); // rolls the link back
               return res;
             });
           } catch (err) {
-            await db
-              .delete(idempotencyKeys)
-              .where(and(pk, eq(idempotencyKeys.createdAt, now), isNull(idempotencyKeys.response)));
+            await store.releaseKey(db, ref, now);
             throw err;
           }
         }
 
-        const [held] = await db.select().from(idempotencyKeys).where(pk);
-        if (!held) continue; // released between our insert and select
+        const held = await store.findKey(db, ref);
+        if (!held) continue; // released between our claim and this read
         const age = now.getTime() - held.createdAt.getTime();
         if (age >= KEY_TTL_MS || (held.response === null && age >= ABANDONED_MS)) {
-          await db.delete(idempotencyKeys).where(and(pk, eq(idempotencyKeys.createdAt, held.createdAt)));
+          await store.dropKey(db, ref, held.createdAt);
           continue;
         }
         if (held.requestHash !== requestHash) throw idempotencyKeyReused();
@@ -93,10 +81,7 @@ function hashRequest(req: CreateLinkRequest): string {
   return createHash("sha256").update(toBinary(CreateLinkRequestSchema, canonical)).digest("base64url");
 }
 
-export async function deleteExpiredKeys(db: Executor, now: Date): Promise<number> {
-  const deleted = await db
-    .delete(idempotencyKeys)
-    .where(lte(idempotencyKeys.createdAt, new Date(now.getTime() - KEY_TTL_MS)))
-    .returning({ key: idempotencyKeys.key });
-  return deleted.length;
+/** Keys past their 24 hours: the sweeper drops them. */
+export function deleteExpiredKeys(db: Executor, now: Date): Promise<number> {
+  return store.deleteKeysBefore(db, new Date(now.getTime() - KEY_TTL_MS));
 }

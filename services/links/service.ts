@@ -7,13 +7,13 @@ import {
 import type { Clock } from "../shared/clock.js";
 import { newLinkId } from "../shared/ids.js";
 import type { Db } from "./db.js";
-import { clientIdRequired, invalid, linkExpired, linkNotFound, linkStateError, unauthorized } from "../shared/rpc-errors.js";
+import { linkExpired, linkNotFound, linkStateError, unauthorized } from "../shared/rpc-errors.js";
 import type { Idempotency } from "./idempotency.js";
 import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
 import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
-import { validateCreateLink, validateListLinks } from "./validate.js";
+import { validateClientId, validateCreateLink, validateListLinks } from "./validate.js";
 
 export interface LinkServiceDeps {
   db: Db;
@@ -99,11 +99,5 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
 }
 
 export function requireClientId(ctx: HandlerContext): string {
-  const clientId = ctx.requestHeader.get("client-id")?.trim();
-  if (!clientId) throw clientIdRequired();
-  // It is stored and indexed; a bound keeps every key well inside Postgres's index-row limit.
-  if (clientId.length > 255 || /[\x00-\x1f\x7f]/.test(clientId)) {
-    throw invalid("Client ID header must be at most 255 printable characters");
-  }
-  return clientId;
+  return validateClientId(ctx.requestHeader.get("client-id"));
 }

@@ -3,7 +3,7 @@
 import { and, asc, desc, eq, gt, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import type { Executor } from "./db.js";
-import { links, type LinkStatusValue, payments } from "./schema.js";
+import { idempotencyKeys, links, type LinkStatusValue, payments } from "./schema.js";
 import type { LinkRow } from "./records.js";
 
 export async function insertLink(db: Executor, row: typeof links.$inferInsert): Promise<LinkRow> {
@@ -115,4 +115,52 @@ export async function claimUncaptured(db: Executor, before: Date, limit: number)
     .orderBy(asc(payments.createdAt))
     .limit(limit)
     .for("update", { skipLocked: true });
+}
+
+type KeyRef = { clientId: string; key: string };
+const keyIs = (ref: KeyRef) => and(eq(idempotencyKeys.clientId, ref.clientId), eq(idempotencyKeys.key, ref.key));
+
+/** Takes the key for a first request, committed on its own; false when someone holds it. */
+export async function claimKey(db: Executor, ref: KeyRef, requestHash: string, at: Date): Promise<boolean> {
+  const claimed = await db
+    .insert(idempotencyKeys)
+    .values({ ...ref, requestHash, createdAt: at })
+    .onConflictDoNothing()
+    .returning({ key: idempotencyKeys.key });
+  return claimed.length > 0;
+}
+
+export async function findKey(db: Executor, ref: KeyRef) {
+  const [row] = await db.select().from(idempotencyKeys).where(keyIs(ref));
+  return row;
+}
+
+/** Stores the answer, only while the claim made at `claimedAt` is still unanswered. */
+export async function saveKeyResponse(db: Executor, ref: KeyRef, claimedAt: Date, response: Uint8Array) {
+  const saved = await db
+    .update(idempotencyKeys)
+    .set({ response })
+    .where(and(keyIs(ref), eq(idempotencyKeys.createdAt, claimedAt), isNull(idempotencyKeys.response)))
+    .returning({ key: idempotencyKeys.key });
+  return saved.length > 0;
+}
+
+/** Gives up the claim made at `claimedAt` when its request failed. */
+export async function releaseKey(db: Executor, ref: KeyRef, claimedAt: Date): Promise<void> {
+  await db
+    .delete(idempotencyKeys)
+    .where(and(keyIs(ref), eq(idempotencyKeys.createdAt, claimedAt), isNull(idempotencyKeys.response)));
+}
+
+/** Drops the key row made at `createdAt` (expired, or abandoned by a request that died). */
+export async function dropKey(db: Executor, ref: KeyRef, createdAt: Date): Promise<void> {
+  await db.delete(idempotencyKeys).where(and(keyIs(ref), eq(idempotencyKeys.createdAt, createdAt)));
+}
+
+export async function deleteKeysBefore(db: Executor, before: Date): Promise<number> {
+  const deleted = await db
+    .delete(idempotencyKeys)
+    .where(lte(idempotencyKeys.createdAt, before))
+    .returning({ key: idempotencyKeys.key });
+  return deleted.length;
 }

@@ -14,8 +14,9 @@ import {
 import { currencyDigits, isKnownCurrency } from "../shared/money.js";
 import { isLinkId } from "../shared/ids.js";
 import { methodName, type StatusName, statusName } from "../shared/names.js";
-import { invalid } from "../shared/rpc-errors.js";
+import { clientIdRequired, invalid } from "../shared/rpc-errors.js";
 
+const CONTROL = /[\x00-\x1f\x7f]/;
 export const DEFAULT_EXPIRES_IN = 43_200;
 const MAX_AMOUNT_MAJOR = 1_000_000_000n;
 const MAX_ITEMS = 100;
@@ -108,6 +109,22 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
     else if (length(value) > 500) throw invalid(`metadata.${key} must be at most 500 characters`);
   }
   return metadata;
+}
+
+/** The caller's identity, from the client-id header. */
+export function validateClientId(header: string | null): string {
+  const clientId = header?.trim();
+  if (!clientId) throw clientIdRequired();
+  // It is stored and indexed; a bound keeps every key well inside Postgres's index-row limit.
+  if (clientId.length > 255 || CONTROL.test(clientId)) {
+    throw invalid("Client ID header must be at most 255 printable characters");
+  }
+  return clientId;
+}
+
+export function validateIdempotencyKey(key: string): void {
+  if (key.length < 1 || key.length > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
+  if (CONTROL.test(key)) throw invalid("Idempotency-Key must not contain control characters");
 }
 
 export interface ListQuery {
