@@ -2,10 +2,11 @@
 // 404/405, and the REST and checkout routes. Its only dependency is a
 // LinkService client, handed in.
 import { randomUUID } from "node:crypto";
+import { STATUS_CODES } from "node:http";
 import Fastify, { type LogLevel, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
 import type { Logger } from "../services/shared/logger.js";
 import { registerCheckout } from "./checkout/routes.js";
-import { type HttpError, httpErrorOf, INTERNAL } from "./errors.js";
+import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
 import type { Clients } from "./clients.js";
 import { hasClientId, registerRest } from "./rest.js";
@@ -43,6 +44,18 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       const notFound = req.url.startsWith("/v1/links/") ? "Link not found" : "Not found";
       return sendError(reply, { status: 404, message: notFound });
     },
+    // Requests Node's HTTP parser refuses (a head over 16 KiB, a malformed
+    // line) never reach a route; they too get the contract's error body.
+    clientErrorHandler: (err, socket) => {
+      if (!socket.writable) return socket.destroy();
+      const tooLarge = (err as { code?: string }).code === "HPE_HEADER_OVERFLOW";
+      const status = tooLarge ? 431 : 400;
+      const body = JSON.stringify({ error: tooLarge ? "Request header fields too large" : "Malformed HTTP request" });
+      socket.end(
+        `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    },
   });
 
   app.addHook("onRequest", async (req, reply) => {
@@ -50,6 +63,20 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
   // Fastify would parse text/plain too; the contract takes JSON only (415).
   app.removeContentTypeParser("text/plain");
+  // JSON is UTF-8 (RFC 8259): bytes that are not are refused, not silently
+  // replaced with U+FFFD. Fastify's own parser then does the rest.
+  const parseJson = app.getDefaultJsonParser("error", "error");
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body, done) => {
+    let text: string;
+    try {
+      text = utf8.decode(body as Buffer);
+    } catch {
+      return done(badRequest(INVALID_JSON), undefined);
+    }
+    parseJson(req, text, done);
+  });
 
   app.setErrorHandler((err: unknown, req, reply) => {
     const known = httpErrorOf(err);

@@ -10,7 +10,7 @@ import { route, type GatewayDeps } from "./app.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
-import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
+import { createLinkRequestFromJson, isObject, linkToJson } from "./link-json.js";
 
 const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
 
@@ -22,9 +22,15 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
       // Check 1 of the contract, before the body is read or parsed.
       v1.addHook("onRequest", async (req) => {
         if (!hasClientId(req)) throw clientIdRequired();
+        // Node joins repeated headers with ", ", which would name a third client.
+        const names = req.raw.rawHeaders.filter((_, i) => i % 2 === 0);
+        if (names.filter((name) => name.toLowerCase() === "client-id").length > 1) {
+          throw badRequest("Client ID header must be given once");
+        }
         // An empty body is no body, whatever its label: POST .../expire
         // needs none, and check 2 is for POSTs that carry one.
-        if (req.headers["content-length"] === "0" && !req.headers["transfer-encoding"]) {
+        const length = req.headers["content-length"];
+        if ((length === undefined || length === "0") && !req.headers["transfer-encoding"]) {
           delete req.headers["content-type"];
         }
       });
@@ -39,7 +45,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
         },
         async GET(req, reply) {
-          const query = fields(req.query, "query", ["limit", "starting_after", "status"]);
+          const query = queryParams(req.query, ["limit", "starting_after", "status"]);
           const res = await links.listLinks(
             create(ListLinksRequestSchema, {
               limit: queryInteger(query.limit, "limit", "limit must be an integer from 1 to 100"),
@@ -65,6 +71,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
       route(v1, "/links/:id/expire", {
         async POST(req, reply) {
+          if (req.body !== undefined && !isObject(req.body)) throw badRequest(INVALID_JSON);
           const { link } = await links.expireLink({ id: idOf(req) }, { headers: clientIdOf(req) });
           return sendLink(reply, link!);
         },
@@ -83,6 +90,13 @@ const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
 function sendLink(reply: FastifyReply, link: Link): FastifyReply {
   return reply.type("application/json; charset=utf-8").send(linkToJson(link));
+}
+
+function queryParams(query: unknown, allowed: string[]): Record<string, unknown> {
+  const params = query as Record<string, unknown>;
+  const unknown = Object.keys(params).find((name) => !allowed.includes(name));
+  if (unknown !== undefined) throw badRequest(`Unknown query parameter ${unknown}`);
+  return params;
 }
 
 function queryString(value: unknown, name: string): string | undefined {

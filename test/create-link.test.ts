@@ -267,6 +267,7 @@ describe("validation (400 naming the field)", () => {
     ["metadata key empty", (b) => (b.metadata = { "": "v" }), `metadata key "" must be 1 to 40 characters`],
     ["metadata value 501", (b) => (b.metadata = { note: long(501) }), "metadata.note must be at most 500 characters"],
     ["metadata api_key 501", (b) => (b.metadata = { api_key: long(501) }), "metadata.api_key must be at most 500 characters"],
+    ["metadata api_key not ASCII", (b) => (b.metadata = { api_key: "sécret" }), "metadata.api_key must be printable ASCII characters"],
     ["metadata webhook not a URL", (b) => (b.metadata = { webhook: "not a url" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     ["metadata webhook ftp:", (b) => (b.metadata = { webhook: "ftp://hooks.test/" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     ["metadata webhook 2049", (b) => (b.metadata = { webhook: `https://hooks.test/${"w".repeat(2049 - 19)}` }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],

@@ -1,6 +1,6 @@
 // The gateway's HTTP edges: unknown paths, wrong methods, request ids,
 // health and readiness, JSON everywhere, and 500/503 without internals.
-import { createServer } from "node:net";
+import net, { createServer } from "node:net";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startGateway } from "../gateway/server.js";
@@ -236,5 +236,58 @@ describe("when the LinkService fails inside (its database does not exist)", () =
   it("validation still answers 400: it needs no database", async () => {
     const res = await api(pair, "POST", "/v1/links", { body: validLink({ expires_in: 59 }) });
     expect(outcome(res)).toEqual({ status: 400, body: { error: "expires_in must be an integer from 60 to 86400" } });
+  });
+});
+
+describe("requests the HTTP parser or the JSON decoder refuses", () => {
+  const rawRequest = (head: string, body = "") =>
+    new Promise<string>((resolve, reject) => {
+      const { port } = new URL(stack.gatewayUrl);
+      const socket = net.connect(Number(port), "127.0.0.1", () => socket.write(head + body));
+      let answer = "";
+      socket.on("data", (chunk) => (answer += chunk));
+      socket.on("end", () => resolve(answer));
+      socket.on("error", reject);
+    });
+  const parse = (raw: string) => {
+    const [head, body] = raw.split("\r\n\r\n");
+    return { statusLine: head!.split("\r\n")[0], head: head!.toLowerCase(), body: JSON.parse(body!) };
+  };
+
+  it("answers a head over 16 KiB with 431 in the contract's shape", async () => {
+    const res = parse(await rawRequest(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Junk: ${"j".repeat(20_000)}\r\n\r\n`));
+    expect(res.statusLine).toBe("HTTP/1.1 431 Request Header Fields Too Large");
+    expect(res.body).toEqual({ error: "Request header fields too large" });
+    expect(res.head).toContain("content-type: application/json; charset=utf-8");
+    expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+  });
+
+  it("answers a malformed request line with 400 in the contract's shape", async () => {
+    const res = parse(await rawRequest("GARBAGE\r\n\r\n"));
+    expect(res.statusLine).toBe("HTTP/1.1 400 Bad Request");
+    expect(res.body).toEqual({ error: "Malformed HTTP request" });
+  });
+
+  it("refuses a JSON body that is not UTF-8", async () => {
+    const body = Buffer.concat([
+      Buffer.from('{"type":"payment","data":{"amount":{"value":1,"currency":"USD"},"description":"'),
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from('"}}'),
+    ]);
+    const res = await fetch(`${stack.gatewayUrl}/v1/links`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "client-id": "client-a" },
+      body,
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({ error: "Invalid JSON data" });
+  });
+
+  it("refuses two Client-Id headers instead of joining them into a third client", async () => {
+    const raw = await rawRequest(
+      "GET /v1/links HTTP/1.1\r\nHost: x\r\nClient-Id: m1\r\nClient-Id: m2\r\nConnection: close\r\n\r\n",
+    );
+    expect(raw.split("\r\n")[0]).toBe("HTTP/1.1 400 Bad Request");
+    expect(JSON.parse(raw.split("\r\n\r\n")[1]!)).toEqual({ error: "Client ID header must be given once" });
   });
 });

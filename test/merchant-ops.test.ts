@@ -1,5 +1,6 @@
 // Issue 5 over real sockets: list, early expiry, idempotent create, and the
 // expiry sweeper. Time moves by the injected clock, never by sleeping.
+import net from "node:net";
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -82,7 +83,7 @@ describe("GET /v1/links", () => {
     ["status=paid", "status must be one of created, used, expired"],
     ["starting_after=nope", "starting_after must be a link id"],
     ["limit=1&limit=2", "limit must be given once"],
-    ["sort=asc", "Unknown field query.sort"],
+    ["sort=asc", "Unknown query parameter sort"],
   ])("answers 400 for %s", async (query, message) => {
     const res = await api(stack, "GET", `/v1/links?${query}`);
     expect(res.status).toBe(400);
@@ -165,6 +166,35 @@ describe("POST /v1/links/{id}/expire", () => {
     });
     expect(res.status, res.text).toBe(200);
     expect(res.body.status).toBe("expired");
+  });
+
+  it("needs no body even with another Content-Type, when the request has no body at all", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    // Exactly what `curl -X POST -H 'Content-Type: text/plain'` sends: no Content-Length, no body.
+    const { port } = new URL(stack.gatewayUrl);
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(port), "127.0.0.1", () => {
+        socket.write(
+          `POST /v1/links/${link.id}/expire HTTP/1.1\r\nHost: x\r\nClient-Id: ${me}\r\n` +
+            "Content-Type: text/plain\r\nConnection: close\r\n\r\n",
+        );
+      });
+      let answer = "";
+      socket.on("data", (chunk) => (answer += chunk));
+      socket.on("end", () => resolve(answer));
+      socket.on("error", reject);
+    });
+    expect(raw.split("\r\n")[0]).toBe("HTTP/1.1 200 OK");
+  });
+
+  it("refuses a body that is JSON but not an object", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    const res = await api(stack, "POST", `/v1/links/${link.id}/expire`, { clientId: me, body: [] });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ error: "Invalid JSON data" });
+    expect((await api(stack, "GET", `/v1/links/${link.id}`, { clientId: me })).status).toBe(200);
   });
 
   it("answers a link past expires_at with 410 before the sweeper has run", async () => {

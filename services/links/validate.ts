@@ -107,6 +107,10 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
     noNul(`metadata.${key}`, value);
     if (key === "webhook") httpUrl("metadata.webhook", value);
     else if (length(value) > 500) throw invalid(`metadata.${key} must be at most 500 characters`);
+    // It travels back in the webhook's Api-Key header, where only ASCII is safe.
+    if (key === "api_key" && !/^[\x20-\x7e]*$/.test(value)) {
+      throw invalid("metadata.api_key must be printable ASCII characters");
+    }
   }
   return metadata;
 }

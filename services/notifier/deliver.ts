@@ -77,9 +77,9 @@ export function createDeliverer(opts: DelivererOptions) {
       "Webhook-Timestamp": String(timestamp),
     };
     if (hook.apiKey) {
-      // Header values are bytes; a non-ASCII key goes out as its UTF-8 bytes
-      // (Node writes a latin1 string byte for byte), the same bytes it signs with.
-      headers["Api-Key"] = Buffer.from(hook.apiKey, "utf8").toString("latin1");
+      // api_key is printable ASCII (the LinkService refuses anything else),
+      // so the header carries it exactly as the merchant configured it.
+      headers["Api-Key"] = hook.apiKey;
       headers["Webhook-Signature"] = sign(hook.apiKey, hook.id, timestamp, body);
     }
     return post(url, headers, body);
