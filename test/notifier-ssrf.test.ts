@@ -2,12 +2,17 @@
 // happens on the address a name resolves to (not only on literal hosts), and
 // that the test environment still reaches loopback receivers.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, type NatsConnection } from "nats";
 import { addressPolicy, guardedLookup, RefusedAddressError, refusalReason } from "../services/notifier/address-policy.js";
 import { createDeliverer } from "../services/notifier/deliver.js";
 import { startNotifier } from "../services/notifier/notifier.js";
-import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
-import { createTestDatabase, type Receiver, silent, startReceiver, startWebhookStack } from "./support/webhooks.js";
+import { uniqueTopology, waitFor } from "./support/nats.js";
+import {
+  type Receiver,
+  silent,
+  startReceiver,
+  startWebhookStack,
+  usePrivateNatsAndDatabase,
+} from "./support/webhooks.js";
 
 describe("refusalReason", () => {
   it.each([
@@ -112,26 +117,14 @@ describe("one delivery attempt", () => {
 });
 
 describe("a production notifier", () => {
-  let nats: NatsServer;
-  let database: Awaited<ReturnType<typeof createTestDatabase>>;
-  let nc: NatsConnection;
-  beforeAll(async () => {
-    nats = await startNatsServer();
-    database = await createTestDatabase();
-    nc = await connect({ servers: nats.url });
-  });
-  afterAll(async () => {
-    await nc?.close();
-    await database?.drop();
-    await nats?.close();
-  });
+  const env = usePrivateNatsAndDatabase();
 
   it("dead-letters a webhook whose name resolves to loopback, without connecting", async () => {
     const topology = uniqueTopology();
     const receiver = await startReceiver();
-    const webhooks = await startWebhookStack({ natsUrl: nats.url, topology, databaseUrl: database.url });
+    const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
     const notifier = await startNotifier({
-      natsUrl: nats.url,
+      natsUrl: env.nats.url,
       env: "production",
       retrySchedule: [50, 50],
       logger: silent,
@@ -145,7 +138,7 @@ describe("a production notifier", () => {
       await waitFor(() => notifier.metrics.counts.dead_lettered === 1);
       expect(notifier.metrics.counts.refused).toBe(1);
       expect(receiver.requests).toHaveLength(0);
-      const jsm = await nc.jetstreamManager();
+      const jsm = await env.nc.jetstreamManager();
       const dead = await jsm.streams.getMessage(topology.deadLetterStream, {
         last_by_subj: `${topology.deadLetterSubjectPrefix}.payment.completed`,
       });

@@ -1,35 +1,17 @@
 // The notifier against a real NATS, a real LinkService on Postgres and real
 // HTTP receivers: the request it sends, and how it treats each kind of answer.
 import { Webhook } from "standardwebhooks";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { connect, type NatsConnection } from "nats";
+import { afterEach, describe, expect, it } from "vitest";
 import { LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { startNotifier } from "../services/notifier/notifier.js";
 import type { Topology } from "../services/shared/jetstream.js";
-import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
-import {
-  createTestDatabase,
-  silent,
-  startReceiver,
-  startWebhookStack,
-} from "./support/webhooks.js";
+import { uniqueTopology, waitFor } from "./support/nats.js";
+import { silent, startReceiver, startWebhookStack, usePrivateNatsAndDatabase } from "./support/webhooks.js";
 
 const SCHEDULE = [50, 50, 50, 50];
 
-let nats: NatsServer;
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
-let nc: NatsConnection;
-beforeAll(async () => {
-  nats = await startNatsServer();
-  database = await createTestDatabase();
-  nc = await connect({ servers: nats.url });
-});
-afterAll(async () => {
-  await nc?.close();
-  await database?.drop();
-  await nats?.close();
-});
+const env = usePrivateNatsAndDatabase();
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -40,10 +22,10 @@ async function setup(answer?: Parameters<typeof startReceiver>[0]) {
   const topology = uniqueTopology();
   const receiver = await startReceiver(answer);
   cleanups.push(receiver.close);
-  const webhooks = await startWebhookStack({ natsUrl: nats.url, topology, databaseUrl: database.url });
+  const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
   cleanups.push(webhooks.close);
   const notifier = await startNotifier({
-    natsUrl: nats.url,
+    natsUrl: env.nats.url,
     env: "test",
     retrySchedule: SCHEDULE,
     logger: silent,
@@ -58,7 +40,7 @@ async function setup(answer?: Parameters<typeof startReceiver>[0]) {
 }
 
 async function deadLetter(topology: Topology) {
-  const jsm = await nc.jetstreamManager();
+  const jsm = await env.nc.jetstreamManager();
   return jsm.streams.getMessage(topology.deadLetterStream, {
     last_by_subj: `${topology.deadLetterSubjectPrefix}.payment.completed`,
   });

@@ -207,8 +207,8 @@ describe("over gRPC", () => {
 describe("when the processor or the clock get in the way", () => {
   const silent = pino({ level: "silent" });
 
-  function paymentsWith(processor: PaymentProcessor, clock = testClock(stack.clock.now())) {
-    return createPayments({ db: stack.db, clock, processor, logger: silent, onEventsCommitted: () => {} });
+  function paymentsWith(processor: PaymentProcessor, clock = testClock(stack.clock.now()), db = stack.db) {
+    return createPayments({ db, clock, processor, logger: silent, onEventsCommitted: () => {} });
   }
   const bankTransfer = (linkId: string) =>
     create(CompletePaymentRequestSchema, { linkId, paymentMethod: PaymentMethod.BANK_TRANSFER });
@@ -260,14 +260,7 @@ describe("when the processor or the clock get in the way", () => {
         },
       },
     }) as typeof stack.db;
-    const payments = createPayments({
-      db: lossy,
-      clock: testClock(stack.clock.now()),
-      processor: sandbox,
-      logger: silent,
-      onEventsCommitted: () => {},
-    });
-    const res = await payments.complete(bankTransfer(id));
+    const res = await paymentsWith(sandbox, undefined, lossy).complete(bankTransfer(id));
     expect(res.linkId).toBe(id);
     expect(await paymentRows(id)).toHaveLength(1);
     expect([...sandbox.authorizations.values()]).toEqual(["captured"]);
@@ -279,14 +272,7 @@ describe("when the processor or the clock get in the way", () => {
     const failing = Object.create(stack.db, {
       transaction: { value: async () => Promise.reject(new Error("connection lost")) },
     }) as typeof stack.db;
-    const payments = createPayments({
-      db: failing,
-      clock: testClock(stack.clock.now()),
-      processor: sandbox,
-      logger: silent,
-      onEventsCommitted: () => {},
-    });
-    await expect(payments.complete(bankTransfer(id))).rejects.toThrow("connection lost");
+    await expect(paymentsWith(sandbox, undefined, failing).complete(bankTransfer(id))).rejects.toThrow("connection lost");
     expect(await paymentRows(id)).toHaveLength(0);
     expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
   });

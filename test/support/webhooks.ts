@@ -6,7 +6,9 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { connect, type NatsConnection } from "nats";
 import { pino } from "pino";
+import { afterAll, beforeAll } from "vitest";
 import {
   LinkService,
   LinkType,
@@ -15,6 +17,7 @@ import {
 import { createRelay, type Relay, type RelayOptions } from "../../services/links/relay.js";
 import type { Topology } from "../../services/shared/jetstream.js";
 import { createDatabase } from "./database.js";
+import { type NatsServer, startNatsServer } from "./nats.js";
 import { startStack } from "./stack.js";
 
 export const silent = pino({ level: "silent" });
@@ -129,3 +132,23 @@ export async function startReceiver(
 }
 
 export type Receiver = Awaited<ReturnType<typeof startReceiver>>;
+
+/**
+ * For a suite that delivers through NATS it may stop: a private nats-server,
+ * a database of its own and a client on that NATS, made before its tests and
+ * gone after them.
+ */
+export function usePrivateNatsAndDatabase() {
+  const env = {} as { nats: NatsServer; database: Awaited<ReturnType<typeof createTestDatabase>>; nc: NatsConnection };
+  beforeAll(async () => {
+    env.nats = await startNatsServer();
+    env.database = await createTestDatabase();
+    env.nc = await connect({ servers: env.nats.url });
+  });
+  afterAll(async () => {
+    await env.nc?.close();
+    await env.database?.drop();
+    await env.nats?.close();
+  });
+  return env;
+}
