@@ -27,10 +27,15 @@ export function isObject(value: unknown): value is Json {
 }
 
 /** Refuses fields the contract does not define; a typo must never pass silently. */
-export function fields(value: unknown, path: string, allowed: readonly string[]): Json {
+export function fields(
+  value: unknown,
+  path: string,
+  allowed: readonly string[],
+  unknown = (key: string) => `Unknown field ${path ? `${path}.` : ""}${key}`,
+): Json {
   if (!isObject(value)) throw badRequest(`${path} must be an object`);
   for (const key of Object.keys(value)) {
-    if (!allowed.includes(key)) throw badRequest(`Unknown field ${path ? `${path}.` : ""}${key}`);
+    if (!allowed.includes(key)) throw badRequest(unknown(key));
   }
   return value;
 }

@@ -10,7 +10,7 @@ import { route, type GatewayDeps } from "./app.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
-import { createLinkRequestFromJson, isObject, linkToJson } from "./link-json.js";
+import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
 const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
 
@@ -45,7 +45,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
         },
         async GET(req, reply) {
-          const query = queryParams(req.query, ["limit", "starting_after", "status"]);
+          const query = fields(req.query, "query", ["limit", "starting_after", "status"], (name) => `Unknown query parameter ${name}`);
           const res = await links.listLinks(
             create(ListLinksRequestSchema, {
               limit: queryInteger(query.limit, "limit", "limit must be an integer from 1 to 100"),
@@ -90,13 +90,6 @@ const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
 function sendLink(reply: FastifyReply, link: Link): FastifyReply {
   return reply.type("application/json; charset=utf-8").send(linkToJson(link));
-}
-
-function queryParams(query: unknown, allowed: string[]): Record<string, unknown> {
-  const params = query as Record<string, unknown>;
-  const unknown = Object.keys(params).find((name) => !allowed.includes(name));
-  if (unknown !== undefined) throw badRequest(`Unknown query parameter ${unknown}`);
-  return params;
 }
 
 function queryString(value: unknown, name: string): string | undefined {

@@ -219,6 +219,7 @@ describe("POST /link/{id}/pay", () => {
     ["a short CVC", { payment_method: "card", card: { ...goodCard, cvc: "1" } }, "card.cvc must be 3 or 4 digits"],
     ["no method", { card: goodCard }, "payment_method is required"],
     ["an unknown method", { payment_method: "crypto" }, "payment_method must be one of card, bank_transfer"],
+    ["a method named like an object member", { payment_method: "constructor" }, "payment_method must be one of card, bank_transfer"],
     ["a card without card details", { payment_method: "card" }, "card is required for payment_method card"],
     ["card details with a bank transfer", { payment_method: "bank_transfer", card: goodCard }, "card is only accepted with payment_method card"],
     ["an unknown field", { payment_method: "card", card: goodCard, amount: 1 }, "Unknown field amount"],

@@ -246,6 +246,7 @@ describe("validation (400 naming the field)", () => {
     ["allowed_payment_methods duplicate", (b) => (b.data.allowed_payment_methods = ["card", "card"]), "data.allowed_payment_methods[1] repeats card"],
     ["allowed_payment_methods unknown", (b) => (b.data.allowed_payment_methods = ["card", "cash"]), "data.allowed_payment_methods[1] must be one of card, bank_transfer"],
     ["allowed_payment_methods CARD", (b) => (b.data.allowed_payment_methods = ["CARD"]), "data.allowed_payment_methods[0] must be one of card, bank_transfer"],
+    ["allowed_payment_methods toString", (b) => (b.data.allowed_payment_methods = ["toString"]), "data.allowed_payment_methods[0] must be one of card, bank_transfer"],
     ["allowed_payment_methods unspecified", (b) => (b.data.allowed_payment_methods = ["unspecified"]), "data.allowed_payment_methods[0] must be one of card, bank_transfer"],
     ["allowed_payment_methods a number", (b) => (b.data.allowed_payment_methods = [1]), "data.allowed_payment_methods[0] must be a string"],
     // URLs

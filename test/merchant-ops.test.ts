@@ -81,6 +81,8 @@ describe("GET /v1/links", () => {
     ["limit=abc", "limit must be an integer from 1 to 100"],
     ["limit=1.5", "limit must be an integer from 1 to 100"],
     ["status=paid", "status must be one of created, used, expired"],
+    ["status=constructor", "status must be one of created, used, expired"],
+    ["status=__proto__", "status must be one of created, used, expired"],
     ["starting_after=nope", "starting_after must be a link id"],
     ["limit=1&limit=2", "limit must be given once"],
     ["sort=asc", "Unknown query parameter sort"],

@@ -3,7 +3,7 @@
 // no client id, so the page cannot show them by mistake.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Checkout, type LinkData, PaymentMethod } from "../../proto/gen/paylink/v1/link_service_pb.js";
-import { type MethodName, methodName } from "../../services/shared/names.js";
+import { type MethodName, methodName, PAYMENT_METHODS } from "../../services/shared/names.js";
 import { formatExpiry, formatMoney } from "./format.js";
 import { type Html, html } from "./html.js";
 import { documentOf } from "./layout.js";
@@ -13,7 +13,6 @@ export interface PageOptions {
   testMode: boolean;
 }
 
-const ALL_METHODS = [PaymentMethod.CARD, PaymentMethod.BANK_TRANSFER];
 const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer: "Bank transfer" };
 
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
@@ -30,7 +29,7 @@ export function checkoutPage(checkout: Checkout, opts: PageOptions): string {
   const currency = data.amount!.currency;
   const total = formatMoney(data.amount!.value, currency);
   const money = (minor: bigint) => formatMoney(minor, currency);
-  const methods = data.allowedPaymentMethods.length > 0 ? ALL_METHODS.filter((m) => data.allowedPaymentMethods.includes(m)) : ALL_METHODS;
+  const methods = data.allowedPaymentMethods.length > 0 ? PAYMENT_METHODS.filter((m) => data.allowedPaymentMethods.includes(m)) : PAYMENT_METHODS;
   const names = methods.map((m) => methodName(m)!);
   const offersCard = methods.includes(PaymentMethod.CARD);
   const customer = data.customer;

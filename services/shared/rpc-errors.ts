@@ -3,6 +3,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
+import type { StatusName } from "./names.js";
 
 // ErrorInfo reasons (AIP-193, UPPER_SNAKE_CASE) under this domain are part
 // of the API: the gateway maps them to HTTP statuses.
@@ -44,7 +45,7 @@ export const processorUnavailable = () =>
   withReason("The payment processor is unavailable; please try again", Code.Unavailable, "PROCESSOR_UNAVAILABLE");
 
 /** Why a link in this status cannot be used or changed; undefined while it is live. */
-export function linkStateError(status: "created" | "used" | "expired" | undefined): ConnectError | undefined {
+export function linkStateError(status: StatusName | undefined): ConnectError | undefined {
   if (status === "used") return linkUsed();
   if (status === "expired") return linkExpired();
   return undefined;
