@@ -15,6 +15,7 @@ import {
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
+import { dropKey } from "../services/links/store.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { createDatabase } from "./support/database.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -261,6 +262,19 @@ describe("Idempotency-Key", () => {
     const res = await post(me, "in-flight", validLink());
     expect(res.status).toBe(409);
     expect(res.body).toEqual({ error: "A request with this Idempotency-Key is in progress" });
+  });
+
+  it("never drops an answered key as abandoned: its answer must stand", async () => {
+    const me = uniqueClient();
+    const first = await post(me, "answered", validLink());
+    const [held] = await stack.db.execute<{ created_at: string }>(
+      sql`SELECT created_at::text FROM idempotency_keys WHERE client_id = ${me} AND key = 'answered'`,
+    );
+    const ref = { clientId: me, key: "answered" };
+    await dropKey(stack.db, ref, new Date(held!.created_at), true);
+    const again = await post(me, "answered", validLink());
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body.id).toBe(first.body.id);
   });
 
   it("keeps keys per client", async () => {

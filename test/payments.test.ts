@@ -300,6 +300,39 @@ describe("when the processor or the clock get in the way", () => {
     expect(sandbox.authorizations.get(owed!.authorizationId)).toBe("captured");
   });
 
+  it("asks Postgres what became of a transaction that failed after it began, and voids an aborted one", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    const aborting = Object.create(stack.db, {
+      transaction: {
+        value: (work: Parameters<typeof stack.db.transaction>[0]) =>
+          stack.db.transaction(async (tx) => {
+            await work(tx);
+            throw new Error("connection lost before COMMIT");
+          }),
+      },
+    }) as typeof stack.db;
+    await expect(paymentsWith(sandbox, undefined, aborting).complete(bankTransfer(id))).rejects.toThrow("before COMMIT");
+    expect(await paymentRows(id)).toHaveLength(0);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    expect((await pay(id)).status).toBe(200);
+  });
+
+  it("captures again, harmlessly, a capture that went through but was never recorded", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    await paymentsWith(sandbox, clock).complete(bankTransfer(id));
+    const [payment] = await paymentRows(id);
+    expect(sandbox.authorizations.get(payment!.authorizationId)).toBe("captured");
+    // As if the process died between the processor's answer and the UPDATE.
+    await stack.db.update(payments).set({ capturedAt: null }).where(eq(payments.id, payment!.id));
+    clock.advance(31_000);
+    await createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent }).retry();
+    expect((await paymentRows(id))[0]!.capturedAt).toEqual(clock.now());
+    expect(sandbox.authorizations.get(payment!.authorizationId)).toBe("captured");
+  });
+
   it("answers Unavailable (REST 503) when the processor cannot authorize, and the link stays payable", async () => {
     const id = await createLink();
     const sandbox = createSandboxProcessor();

@@ -16,6 +16,8 @@ export async function captureAndRecord(
   clock: Clock,
   payment: { id: string; authorizationId: string },
 ): Promise<void> {
+  // Capture is idempotent, so a capture that went through but was not
+  // recorded (a crash, a lost connection) is simply done again.
   await processor.capture(payment.authorizationId);
   await store.markCaptured(db, payment.id, clock.now());
 }
@@ -33,21 +35,28 @@ export function createCaptureRetrier(opts: {
   let running: Promise<unknown> | undefined;
   let stopped = false;
 
-  /** One pass over the owed captures; returns how many it recorded. */
+  /**
+   * One pass over the owed captures; returns how many it recorded. Each one
+   * is claimed, captured and recorded in a transaction of its own, so one
+   * slow or failing capture holds no other and undoes none.
+   */
   async function retry(): Promise<number> {
     const before = new Date(clock.now().getTime() - GRACE_MS);
-    return db.transaction(async (tx) => {
-      let captured = 0;
-      for (const payment of await store.claimUncaptured(tx, before, opts.batchSize ?? 100)) {
-        try {
+    let captured = 0;
+    for (const id of await store.uncapturedPaymentIds(db, before, opts.batchSize ?? 100)) {
+      try {
+        const done = await db.transaction(async (tx) => {
+          const payment = await store.lockUncaptured(tx, id);
+          if (!payment) return false; // recorded meanwhile, or another copy has it
           await captureAndRecord(tx, processor, clock, payment);
-          captured++;
-        } catch (err) {
-          logger.error({ err, paymentId: payment.id }, "capture retry failed");
-        }
+          return true;
+        });
+        if (done) captured++;
+      } catch (err) {
+        logger.error({ err, paymentId: id }, "capture retry failed");
       }
-      return captured;
-    });
+    }
+    return captured;
   }
 
   function schedule() {

@@ -58,7 +58,7 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
         if (!held) continue; // released between our claim and this read
         const age = now.getTime() - held.createdAt.getTime();
         if (age >= KEY_TTL_MS || (held.response === null && age >= ABANDONED_MS)) {
-          await store.dropKey(db, ref, held.createdAt);
+          await store.dropKey(db, ref, held.createdAt, age < KEY_TTL_MS);
           continue;
         }
         if (held.requestHash !== requestHash) throw idempotencyKeyReused();

@@ -33,6 +33,8 @@ export interface Payments {
   complete(req: CompletePaymentRequest): Promise<CompletePaymentResponse>;
 }
 
+const CAPTURE_WAIT_MS = 5_000;
+
 export interface PaymentsDeps {
   db: Db;
   clock: Clock;
@@ -74,9 +76,11 @@ export function createPayments(deps: PaymentsDeps): Payments {
       if (!auth.approved) throw cardDeclined();
 
       const paymentId = newPaymentId();
+      let txid: string | undefined;
       let won: boolean;
       try {
         won = await db.transaction(async (tx) => {
+          txid = await store.currentTxid(tx);
           const now = clock.now();
           const used = await store.markUsed(tx, row.id, now);
           if (!used) return false;
@@ -115,14 +119,15 @@ export function createPayments(deps: PaymentsDeps): Payments {
           await voidQuietly(processor, auth.authorizationId, deps.logger);
           throw linkUsed();
         }
-        // A connection lost during COMMIT may still have committed: release
-        // the hold only for a payment that is surely not there.
-        const committed = await store.paymentExists(db, paymentId).catch(() => undefined);
-        if (committed === undefined) {
-          deps.logger.error({ paymentId, linkId: row.id }, "payment outcome unknown; hold left for reconciliation");
+        // A connection lost during COMMIT may still have committed: ask
+        // Postgres what became of the transaction, and release the hold only
+        // for one that surely did not.
+        const outcome = txid === undefined ? "aborted" : await settledOutcome(db, txid);
+        if (outcome === undefined) {
+          deps.logger.error({ paymentId, linkId: row.id, txid }, "payment outcome unknown; hold left for reconciliation");
         }
-        if (committed === false) await voidQuietly(processor, auth.authorizationId, deps.logger);
-        if (committed !== true) throw err;
+        if (outcome === "aborted") await voidQuietly(processor, auth.authorizationId, deps.logger);
+        if (outcome !== "committed") throw err;
         won = true;
       }
 
@@ -134,10 +139,13 @@ export function createPayments(deps: PaymentsDeps): Payments {
       }
       deps.onEventsCommitted();
       // The link is ours and the hold keeps the funds: a capture that fails
-      // here is retried by the capture job, never answered as a failed payment.
-      await captureAndRecord(db, processor, clock, { id: paymentId, authorizationId: auth.authorizationId }).catch(
-        (err: unknown) => deps.logger.warn({ err, paymentId, linkId: row.id }, "capture failed; it will be retried"),
+      // or is slow is finished by the capture job, never answered as a
+      // failed payment, and the customer waits for it only so long.
+      const capture = captureAndRecord(db, processor, clock, { id: paymentId, authorizationId: auth.authorizationId });
+      capture.catch((err: unknown) =>
+        deps.logger.warn({ err, paymentId, linkId: row.id }, "capture failed; the capture job will retry it"),
       );
+      await Promise.race([capture.catch(() => {}), new Promise((resolve) => setTimeout(resolve, CAPTURE_WAIT_MS).unref())]);
       return create(CompletePaymentResponseSchema, {
         linkId: row.id,
         paymentId,
@@ -173,4 +181,18 @@ function isUniqueViolation(err: unknown): boolean {
     if ((e as { code?: unknown }).code === "23505") return true;
   }
   return false;
+}
+
+/**
+ * committed or aborted once Postgres knows; a transaction still finishing its
+ * COMMIT is waited for a little. Undefined when it cannot be told.
+ */
+async function settledOutcome(db: Db, txid: string): Promise<"committed" | "aborted" | undefined> {
+  for (let i = 0; i < 50; i++) {
+    const status = await store.transactionStatus(db, txid).catch(() => undefined);
+    if (status === "committed" || status === "aborted") return status;
+    if (status !== "in progress") return undefined;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return undefined;
 }

@@ -97,24 +97,41 @@ export async function insertPayment(db: Executor, row: typeof payments.$inferIns
   await db.insert(payments).values(row);
 }
 
-export async function paymentExists(db: Executor, id: string): Promise<boolean> {
-  const [row] = await db.select({ id: payments.id }).from(payments).where(eq(payments.id, id)).limit(1);
-  return row !== undefined;
-}
-
 export async function markCaptured(db: Executor, id: string, at: Date): Promise<void> {
   await db.update(payments).set({ capturedAt: at }).where(eq(payments.id, id));
 }
 
-/** Payments whose capture has not been recorded since `before`, locked so copies share the work. */
-export async function claimUncaptured(db: Executor, before: Date, limit: number) {
-  return db
-    .select({ id: payments.id, authorizationId: payments.authorizationId })
+/** Payments made before `before` whose capture is not recorded yet, oldest first. */
+export async function uncapturedPaymentIds(db: Executor, before: Date, limit: number): Promise<string[]> {
+  const rows = await db
+    .select({ id: payments.id })
     .from(payments)
     .where(and(isNull(payments.capturedAt), lte(payments.createdAt, before)))
     .orderBy(asc(payments.createdAt))
-    .limit(limit)
+    .limit(limit);
+  return rows.map((row) => row.id);
+}
+
+/** Holds one uncaptured payment for this transaction; undefined when recorded or held elsewhere. */
+export async function lockUncaptured(db: Executor, id: string) {
+  const [row] = await db
+    .select({ id: payments.id, authorizationId: payments.authorizationId })
+    .from(payments)
+    .where(and(eq(payments.id, id), isNull(payments.capturedAt)))
     .for("update", { skipLocked: true });
+  return row;
+}
+
+/** The id of the transaction this runs in (assigning one if needed). */
+export async function currentTxid(db: Executor): Promise<string> {
+  const [row] = await db.execute<{ txid: string }>(sql`SELECT txid_current()::text AS txid`);
+  return row!.txid;
+}
+
+/** What became of a transaction: committed, aborted, in progress, or null when too old to tell. */
+export async function transactionStatus(db: Executor, txid: string): Promise<string | null> {
+  const [row] = await db.execute<{ status: string | null }>(sql`SELECT pg_xact_status(${txid}::xid8) AS status`);
+  return row!.status;
 }
 
 type KeyRef = { clientId: string; key: string };
@@ -152,9 +169,17 @@ export async function releaseKey(db: Executor, ref: KeyRef, claimedAt: Date): Pr
     .where(and(keyIs(ref), eq(idempotencyKeys.createdAt, claimedAt), isNull(idempotencyKeys.response)));
 }
 
-/** Drops the key row made at `createdAt` (expired, or abandoned by a request that died). */
-export async function dropKey(db: Executor, ref: KeyRef, createdAt: Date): Promise<void> {
-  await db.delete(idempotencyKeys).where(and(keyIs(ref), eq(idempotencyKeys.createdAt, createdAt)));
+/**
+ * Drops the key row made at `createdAt`: an expired one whatever it holds, an
+ * abandoned one only while it is still unanswered (its request may yet have
+ * answered, and that answer must stand).
+ */
+export async function dropKey(db: Executor, ref: KeyRef, createdAt: Date, unansweredOnly: boolean): Promise<void> {
+  await db
+    .delete(idempotencyKeys)
+    .where(
+      and(keyIs(ref), eq(idempotencyKeys.createdAt, createdAt), unansweredOnly ? isNull(idempotencyKeys.response) : undefined),
+    );
 }
 
 export async function deleteKeysBefore(db: Executor, before: Date): Promise<number> {
