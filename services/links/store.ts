@@ -1,5 +1,6 @@
-// Every query of the link service. Each takes the database or a transaction,
-// so callers decide what runs atomically.
+// The queries on links, payments and idempotency keys (the outbox keeps its own,
+// beside its events). Each takes the database or a transaction, so callers
+// decide what runs atomically.
 import { and, asc, desc, eq, gt, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import type { Executor } from "./db.js";
