@@ -1,6 +1,6 @@
 // NATS for `npm start`: the one at NATS_URL when it answers, otherwise a
 // local nats-server with JetStream and its data under ./.data/nats.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
@@ -25,11 +25,20 @@ function findNatsServer(): string | undefined {
   return undefined;
 }
 
-export async function ensureNats(natsUrl: string, dataRoot: string, log: (line: string) => void) {
+/**
+ * Resolves once NATS answers at natsUrl: at once when one runs there already,
+ * otherwise after starting a nats-server with JetStream in `spawnServer`.
+ */
+export async function ensureNats(
+  natsUrl: string,
+  dataRoot: string,
+  log: (line: string) => void,
+  spawnServer: (binary: string, args: string[]) => void,
+): Promise<void> {
   const url = new URL(natsUrl);
   const host = url.hostname || "127.0.0.1";
   const port = Number(url.port || 4222);
-  if (await reachable(host, port)) return { stop: async () => {} };
+  if (await reachable(host, port)) return;
 
   const binary = findNatsServer();
   if (!binary) {
@@ -41,14 +50,7 @@ export async function ensureNats(natsUrl: string, dataRoot: string, log: (line: 
   const storeDir = path.resolve(dataRoot, "nats");
   await mkdir(storeDir, { recursive: true });
   log(`starting ${binary} with JetStream on ${host}:${port} (data in ${storeDir})`);
-  const child = spawn(binary, ["-js", "-a", host, "-p", String(port), "-sd", storeDir], { stdio: "ignore" });
+  spawnServer(binary, ["-js", "-a", host, "-p", String(port), "-sd", storeDir]);
   for (let i = 0; i < 50 && !(await reachable(host, port)); i++) await new Promise((r) => setTimeout(r, 100));
-  return {
-    stop: () =>
-      new Promise<void>((resolve) => {
-        if (child.exitCode !== null) return resolve();
-        child.once("exit", () => resolve());
-        child.kill("SIGTERM");
-      }),
-  };
+  if (!(await reachable(host, port))) throw new Error(`nats-server did not start on ${host}:${port}`);
 }

