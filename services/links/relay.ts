@@ -7,7 +7,7 @@
 // side by side. NATS being down never blocks start-up or payments: rows
 // simply wait in the outbox.
 import type { JetStreamClient, NatsConnection } from "nats";
-import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology } from "../shared/jetstream.js";
+import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology, watchConnection } from "../shared/jetstream.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
@@ -153,19 +153,20 @@ export function createRelay(opts: RelayOptions): Relay {
     }
   }
 
-  async function watch(conn: NatsConnection): Promise<void> {
-    for await (const status of conn.status()) {
-      if (status.type === "disconnect") {
+  function watch(conn: NatsConnection): Promise<void> {
+    return watchConnection(conn, {
+      disconnect() {
         connected = false;
         logger.warn("NATS connection lost; events wait in the outbox");
-      } else if (status.type === "reconnect") {
+      },
+      reconnect() {
         connected = true;
         // A restarted server may have come back without its store.
         streamReady = false;
         logger.info("NATS connection back; catching up");
         kick();
-      }
-    }
+      },
+    });
   }
 
   async function connectInBackground(): Promise<void> {

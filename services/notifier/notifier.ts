@@ -16,6 +16,7 @@ import {
   ensureDeadLetterStream,
   ensureEventStream,
   type Topology,
+  watchConnection,
 } from "../shared/jetstream.js";
 import { createMetrics } from "./metrics.js";
 
@@ -100,17 +101,18 @@ export async function startNotifier(opts: NotifierOptions) {
     }
   }
 
-  async function watch(conn: NatsConnection): Promise<void> {
-    for await (const status of conn.status()) {
-      if (status.type === "disconnect") {
+  function watch(conn: NatsConnection): Promise<void> {
+    return watchConnection(conn, {
+      disconnect() {
         connected = false;
         logger.warn("NATS connection lost; waiting for it to come back");
-      } else if (status.type === "reconnect") {
+      },
+      async reconnect() {
         connected = true;
         // A server that came back without its store has lost the topology.
         await ensureTopology(conn).catch((err: unknown) => logger.error({ err }, "cannot ensure topology"));
-      }
-    }
+      },
+    });
   }
 
   async function run(): Promise<void> {

@@ -142,3 +142,17 @@ export async function connectForever(opts: {
   }
   return undefined;
 }
+
+/**
+ * Follows a connection's state for as long as it lives: the reconnect hook
+ * is where a caller re-checks what a restarted server may have lost.
+ */
+export async function watchConnection(
+  conn: NatsConnection,
+  on: { disconnect(): void; reconnect(): void | Promise<void> },
+): Promise<void> {
+  for await (const status of conn.status()) {
+    if (status.type === "disconnect") on.disconnect();
+    else if (status.type === "reconnect") await on.reconnect();
+  }
+}
