@@ -1,0 +1,60 @@
+// Per-process accounting from /proc: CPU time (utime + stime) and resident
+// memory, for the benchmark's CPU-per-request and peak-RSS columns.
+import { readFileSync, readdirSync } from "node:fs";
+import { execSync } from "node:child_process";
+
+const TICK_US = 1_000_000 / Number(execSync("getconf CLK_TCK").toString().trim() || 100);
+
+/** Microseconds of CPU the processes have used so far (exited ones count as 0). */
+export function cpuMicros(pids: number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      // The command name may hold spaces; the fields after ") " are fixed.
+      const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // gone
+    }
+  }
+  return ticks * TICK_US;
+}
+
+/** Resident set size in bytes, summed over the processes. */
+export function rssBytes(pids: number[]): number {
+  let kb = 0;
+  for (const pid of pids) {
+    try {
+      const match = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+      kb += Number(match?.[1] ?? 0);
+    } catch {
+      // gone
+    }
+  }
+  return kb * 1024;
+}
+
+export function childrenOf(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).flatMap((tid) =>
+      readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number),
+    );
+  } catch {
+    return [];
+  }
+}
+
+export function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+  } catch {
+    return "";
+  }
+}
+
+/** The PostgreSQL server's processes: the postmaster and every backend and worker under it. */
+export function postgresPids(dataDirectory: string): () => number[] {
+  const postmaster = Number(readFileSync(`${dataDirectory}/postmaster.pid`, "utf8").split("\n")[0]);
+  // Backends come and go with connections: look again at each sample.
+  return () => [postmaster, ...childrenOf(postmaster)];
+}
