@@ -12,7 +12,7 @@ import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
-const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
+const clientIdOf = (req: FastifyRequest) => req.headers["client-id"] as string;
 
 export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): void {
   const { links } = clients;
@@ -40,7 +40,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           if (!isObject(req.body)) throw badRequest(INVALID_JSON);
           const key = req.headers["idempotency-key"];
           const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
-          const res = await links.createLink(request, { headers: clientIdOf(req) });
+          const res = await clients.createLink(clientIdOf(req), request);
           if (res.replayed) reply.header("idempotent-replayed", "true");
           return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
         },
@@ -52,7 +52,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
               startingAfter: queryString(query.starting_after, "starting_after"),
               status: query.status === undefined ? LinkStatus.UNSPECIFIED : queryStatus(query.status),
             }),
-            { headers: clientIdOf(req) },
+            { headers: { "client-id": clientIdOf(req) } },
           );
           return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
         },
@@ -60,7 +60,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
       route(v1, "/links/:id", {
         async GET(req, reply) {
-          const { link } = await links.getLink({ id: idOf(req) }, { headers: clientIdOf(req) });
+          const { link } = await clients.getLink(clientIdOf(req), idOf(req));
           // REST shows only payable links here; used and expired ones are
           // the contract's 409 and 410 (the list and gRPC still show them).
           const refused = linkStateError(statusName(link!.status));
@@ -72,7 +72,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
       route(v1, "/links/:id/expire", {
         async POST(req, reply) {
           if (req.body !== undefined && !isObject(req.body)) throw badRequest(INVALID_JSON);
-          const { link } = await links.expireLink({ id: idOf(req) }, { headers: clientIdOf(req) });
+          const { link } = await links.expireLink({ id: idOf(req) }, { headers: { "client-id": clientIdOf(req) } });
           return sendLink(reply, link!);
         },
       });

@@ -19,6 +19,9 @@ export async function startGateway(opts: GatewayOptions) {
   return {
     port,
     app,
-    close: () => app.close(),
+    async close() {
+      await app.close();
+      clients.close();
+    },
   };
 }

@@ -11,9 +11,14 @@ export function errorBoundary(logger: Logger): Interceptor {
     try {
       return await next(req);
     } catch (err) {
-      if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) throw err;
-      logger.error({ err, procedure: req.method.name }, "unexpected error");
-      throw new ConnectError("Internal server error", Code.Internal);
+      throw toRpcError(err, logger, req.method.name);
     }
   };
+}
+
+/** The boundary for one error: a batch applies it to each item's. */
+export function toRpcError(err: unknown, logger: Logger, procedure: string): ConnectError {
+  if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) return err;
+  logger.error({ err, procedure }, "unexpected error");
+  return new ConnectError("Internal server error", Code.Internal);
 }

@@ -8,13 +8,18 @@ import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
+import { createBatchedStore } from "./batched-store.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
-import { errorBoundary } from "./interceptors.js";
+import { createGrpcFastPath } from "./grpc-fast-path.js";
+import { errorBoundary, toRpcError } from "./interceptors.js";
 import { createPayments } from "./payments.js";
 import type { PaymentProcessor } from "./processor.js";
 import { createLinkService } from "./service.js";
 import { ping } from "./store.js";
+
+// CONTRACT.md: a message over 1 MiB is refused before it is decoded.
+const READ_MAX_BYTES = 1024 * 1024;
 
 export interface LinksServerOptions {
   db: Db;
@@ -36,6 +41,8 @@ export async function startLinksServer(opts: LinksServerOptions) {
     clock,
     onEventsCommitted,
     checkoutBaseUrl: opts.checkoutBaseUrl,
+    batched: createBatchedStore(db),
+    logger,
     idempotency: createIdempotency({ db, clock }),
     payments: createPayments({
       db,
@@ -45,12 +52,18 @@ export async function startLinksServer(opts: LinksServerOptions) {
       onEventsCommitted,
     }),
   });
-  const handler = connectNodeAdapter({
-    interceptors: [errorBoundary(logger)],
-    routes: (router) => {
-      router.service(LinkService, service);
-      router.service(Health, createHealthService(() => ping(db)));
-    },
+  const handler = createGrpcFastPath({
+    services: [{ service: LinkService, impl: service }],
+    fallback: connectNodeAdapter({
+      interceptors: [errorBoundary(logger)],
+      readMaxBytes: READ_MAX_BYTES,
+      routes: (router) => {
+        router.service(LinkService, service);
+        router.service(Health, createHealthService(() => ping(db)));
+      },
+    }),
+    readMaxBytes: READ_MAX_BYTES,
+    toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
   });
   const server = http2.createServer(handler);
   const sessions = new Set<http2.ServerHttp2Session>();

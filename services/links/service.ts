@@ -1,13 +1,19 @@
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
+  type CreateLinkRequest,
+  type CreateLinkResponse,
   CreateLinkResponseSchema,
   type LinkService,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import type { Logger } from "../shared/logger.js";
+import { statusFromError } from "../shared/rpc-status.js";
+import type { BatchedStore } from "./batched-store.js";
+import { toRpcError } from "./interceptors.js";
 import type { Clock } from "../shared/clock.js";
 import { newLinkId } from "../shared/ids.js";
 import type { Db } from "./db.js";
-import { linkExpired, linkNotFound, linkStateError, unauthorized } from "../shared/rpc-errors.js";
+import { invalid, linkExpired, linkNotFound, linkStateError, unauthorized } from "../shared/rpc-errors.js";
 import type { Idempotency } from "./idempotency.js";
 import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
@@ -21,42 +27,86 @@ export interface LinkServiceDeps {
   checkoutBaseUrl: string;
   payments: Payments;
   idempotency: Idempotency;
+  /** Reads and creates that concurrent calls share. */
+  batched: BatchedStore;
+  logger: Logger;
   /** Told after a transaction commits outbox events. */
   onEventsCommitted: () => void;
 }
 
+const MAX_BATCH_ITEMS = 1000;
+
 export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof LinkService> {
-  const { db, clock, checkoutBaseUrl } = deps;
+  const { db, clock, checkoutBaseUrl, batched } = deps;
 
   async function ownLink(id: string, clientId: string): Promise<LinkRow> {
-    const row = await store.findLink(db, id);
+    const row = await batched.findLink(id);
     if (!row) throw linkNotFound();
     if (row.clientId !== clientId) throw unauthorized();
     return row;
   }
 
+  async function createOne(clientId: string, req: CreateLinkRequest): Promise<CreateLinkResponse> {
+    const input = validateCreateLink(req);
+    const newRow = (now: Date) => ({
+      id: newLinkId(),
+      clientId,
+      data: dataToJson(input.data),
+      metadata: input.metadata,
+      expiresAt: new Date(now.getTime() + input.expiresIn * 1000),
+      createdAt: now,
+      updatedAt: now,
+    });
+    if (req.idempotencyKey === undefined) {
+      const now = clock.now();
+      const row = await batched.insertLink(newRow(now));
+      return create(CreateLinkResponseSchema, { link: toLink(row, now, checkoutBaseUrl) });
+    }
+    return deps.idempotency.run(clientId, req, async (tx) => {
+      const now = clock.now();
+      const row = await store.insertLink(tx, newRow(now));
+      return create(CreateLinkResponseSchema, { link: toLink(row, now, checkoutBaseUrl) });
+    });
+  }
+
+  async function getOne(clientId: string, id: string) {
+    const row = await ownLink(id, clientId);
+    return { link: toLink(row, clock.now(), checkoutBaseUrl) };
+  }
+
+  /** Runs each item as its own call would run, each with its own result or error. */
+  function eachItem<I extends { clientId: string }, O>(
+    procedure: string,
+    items: I[],
+    one: (clientId: string, item: I) => Promise<O>,
+  ): Promise<{ result: { case: "response"; value: O } | { case: "error"; value: ReturnType<typeof statusFromError> } }[]> {
+    if (items.length > MAX_BATCH_ITEMS) throw invalid(`items must hold at most ${MAX_BATCH_ITEMS} items`);
+    return Promise.all(
+      items.map((item) =>
+        (async () => one(validateClientId(item.clientId), item))().then(
+          (value) => ({ result: { case: "response" as const, value } }),
+          (err: unknown) => ({ result: { case: "error" as const, value: statusFromError(toRpcError(err, deps.logger, procedure)) } }),
+        ),
+      ),
+    );
+  }
+
   return {
-    async createLink(req, ctx) {
-      const clientId = requireClientId(ctx);
-      const input = validateCreateLink(req);
-      return deps.idempotency.run(clientId, req, async (tx) => {
-        const now = clock.now();
-        const row = await store.insertLink(tx, {
-          id: newLinkId(),
-          clientId,
-          data: dataToJson(input.data),
-          metadata: input.metadata,
-          expiresAt: new Date(now.getTime() + input.expiresIn * 1000),
-          createdAt: now,
-          updatedAt: now,
-        });
-        return create(CreateLinkResponseSchema, { link: toLink(row, now, checkoutBaseUrl) });
-      });
+    createLink: (req, ctx) => createOne(requireClientId(ctx), req),
+
+    getLink: (req, ctx) => getOne(requireClientId(ctx), req.id),
+
+    async batchGetLinks(req) {
+      return { results: await eachItem("BatchGetLinks", req.items, (clientId, item) => getOne(clientId, item.request?.id ?? "")) };
     },
 
-    async getLink(req, ctx) {
-      const row = await ownLink(req.id, requireClientId(ctx));
-      return { link: toLink(row, clock.now(), checkoutBaseUrl) };
+    async batchCreateLinks(req) {
+      return {
+        results: await eachItem("BatchCreateLinks", req.items, (clientId, item) => {
+          if (!item.request) throw invalid("request is required");
+          return createOne(clientId, item.request);
+        }),
+      };
     },
 
     async listLinks(req, ctx) {

@@ -3,9 +3,57 @@
 // decide what runs atomically.
 import { and, asc, desc, eq, gt, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
-import type { Executor } from "./db.js";
+import type { Db, Executor } from "./db.js";
 import { idempotencyKeys, links, type LinkStatusValue, payments } from "./schema.js";
 import type { LinkRow } from "./records.js";
+
+/**
+ * The hot path's queries, each prepared once per connection (postgres.js
+ * names it on first use and reuses it) and run with values alone: no query
+ * building per request. Both take many links at once, so concurrent gets
+ * share one round trip and concurrent creates one commit.
+ */
+export function prepareHotQueries(db: Db) {
+  const byIds = db
+    .select()
+    .from(links)
+    .where(sql`${links.id} = ANY(${sql.placeholder("ids")}::text[])`)
+    .prepare("links_by_ids");
+  // One statement for any number of rows: they travel as one JSON array.
+  const insertMany = db
+    .insert(links)
+    .select(
+      sql`SELECT r.id, r.client_id, 'created'::link_status, r.data, r.metadata, r.expires_at, r.created_at, r.updated_at
+          FROM jsonb_to_recordset(${sql.placeholder("rows")}::text::jsonb)
+            AS r(id text, client_id text, data jsonb, metadata jsonb,
+                 expires_at timestamptz, created_at timestamptz, updated_at timestamptz)`,
+    )
+    .returning()
+    .prepare("insert_links");
+  return {
+    /** The links among `ids` that exist, in no particular order; ids that name no link are not asked for. */
+    findLinks(ids: string[]): Promise<LinkRow[]> {
+      const wanted = ids.filter(isLinkId);
+      return wanted.length ? byIds.execute({ ids: wanted }) : Promise.resolve([]);
+    },
+    /** Inserts the rows in one statement, so in one transaction; answers them as stored, in no particular order. */
+    insertLinks(rows: NewLinkRow[]): Promise<LinkRow[]> {
+      const json = rows.map((row) => ({
+        id: row.id,
+        client_id: row.clientId,
+        data: row.data,
+        metadata: row.metadata,
+        expires_at: row.expiresAt,
+        created_at: row.createdAt,
+        updated_at: row.updatedAt,
+      }));
+      return insertMany.execute({ rows: JSON.stringify(json) });
+    },
+  };
+}
+
+export type HotQueries = ReturnType<typeof prepareHotQueries>;
+export type NewLinkRow = Omit<typeof links.$inferInsert, "status">;
 
 export async function insertLink(db: Executor, row: typeof links.$inferInsert): Promise<LinkRow> {
   const [inserted] = await db.insert(links).values(row).returning();

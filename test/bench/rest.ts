@@ -74,7 +74,8 @@ async function waitFor(url: string, timeoutMs = 60_000) {
 async function main() {
   const database = await createDatabase("paylink_bench");
   const admin = postgres(database.url, { max: 1, onnotice: () => {} });
-  const [{ data_directory: dataDirectory }] = await admin<{ data_directory: string }[]>`SELECT current_setting('data_directory') AS data_directory`;
+  const [row] = await admin<{ data_directory: string }[]>`SELECT current_setting('data_directory') AS data_directory`;
+  const dataDirectory = row!.data_directory;
   await admin.end();
   const pgPids = postgresPids(dataDirectory);
   const nats = await startNatsServer();

@@ -6,13 +6,15 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Status } from "../../google/rpc/status_pb.js";
+import { file_google_rpc_status } from "../../google/rpc/status_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file paylink/v1/link_service.proto.
  */
 export const file_paylink_v1_link_service: GenFile = /*@__PURE__*/
-  fileDesc("Ch1wYXlsaW5rL3YxL2xpbmtfc2VydmljZS5wcm90bxIKcGF5bGluay52MSIpCgZBbW91bnQSDQoFdmFsdWUYASABKAMSEAoIY3VycmVuY3kYAiABKAkiYAoESXRlbRIMCgRuYW1lGAEgASgJEhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESEAoIcXVhbnRpdHkYAyABKAUSDgoGYW1vdW50GAQgASgDQg4KDF9kZXNjcmlwdGlvbiJiCghDdXN0b21lchIRCgRuYW1lGAEgASgJSACIAQESEgoFZW1haWwYAiABKAlIAYgBARISCgVwaG9uZRgDIAEoCUgCiAEBQgcKBV9uYW1lQggKBl9lbWFpbEIICgZfcGhvbmUiiQMKCExpbmtEYXRhEiIKBmFtb3VudBgBIAEoCzISLnBheWxpbmsudjEuQW1vdW50EhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESHwoFaXRlbXMYAyADKAsyEC5wYXlsaW5rLnYxLkl0ZW0SGAoLbWVyY2hhbnRfaWQYBCABKAlIAYgBARIaCg1tZXJjaGFudF9uYW1lGAUgASgJSAKIAQESJgoIY3VzdG9tZXIYBiABKAsyFC5wYXlsaW5rLnYxLkN1c3RvbWVyEjoKF2FsbG93ZWRfcGF5bWVudF9tZXRob2RzGAcgAygOMhkucGF5bGluay52MS5QYXltZW50TWV0aG9kEhkKDHJlZGlyZWN0X3VybBgIIAEoCUgDiAEBEhcKCmNhbmNlbF91cmwYCSABKAlIBIgBAUIOCgxfZGVzY3JpcHRpb25CDgoMX21lcmNoYW50X2lkQhAKDl9tZXJjaGFudF9uYW1lQg8KDV9yZWRpcmVjdF91cmxCDQoLX2NhbmNlbF91cmwilQMKBExpbmsSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEiIKBHR5cGUYAyABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEiYKBnN0YXR1cxgEIAEoDjIWLnBheWxpbmsudjEuTGlua1N0YXR1cxIiCgRkYXRhGAUgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRIRCgljbGllbnRfaWQYBiABKAkSLgoKZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoIbWV0YWRhdGEYCiADKAsyHi5wYXlsaW5rLnYxLkxpbmsuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipQIKEUNyZWF0ZUxpbmtSZXF1ZXN0EiIKBHR5cGUYASABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEhcKCmV4cGlyZXNfaW4YAiABKAVIAIgBARIiCgRkYXRhGAMgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRI9CghtZXRhZGF0YRgEIAMoCzIrLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QuTWV0YWRhdGFFbnRyeRIcCg9pZGVtcG90ZW5jeV9rZXkYBSABKAlIAYgBARovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDQoLX2V4cGlyZXNfaW5CEgoQX2lkZW1wb3RlbmN5X2tleSJGChJDcmVhdGVMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluaxIQCghyZXBsYXllZBgCIAEoCCIcCg5HZXRMaW5rUmVxdWVzdBIKCgJpZBgBIAEoCSIxCg9HZXRMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluayKIAQoQTGlzdExpbmtzUmVxdWVzdBISCgVsaW1pdBgBIAEoBUgAiAEBEhsKDnN0YXJ0aW5nX2FmdGVyGAIgASgJSAGIAQESJgoGc3RhdHVzGAMgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzQggKBl9saW1pdEIRCg9fc3RhcnRpbmdfYWZ0ZXIiRgoRTGlzdExpbmtzUmVzcG9uc2USHwoFbGlua3MYASADKAsyEC5wYXlsaW5rLnYxLkxpbmsSEAoIaGFzX21vcmUYAiABKAgiHwoRRXhwaXJlTGlua1JlcXVlc3QSCgoCaWQYASABKAkiNAoSRXhwaXJlTGlua1Jlc3BvbnNlEh4KBGxpbmsYASABKAsyEC5wYXlsaW5rLnYxLkxpbmsiJQoSR2V0Q2hlY2tvdXRSZXF1ZXN0Eg8KB2xpbmtfaWQYASABKAkiPQoTR2V0Q2hlY2tvdXRSZXNwb25zZRImCghjaGVja291dBgBIAEoCzIULnBheWxpbmsudjEuQ2hlY2tvdXQilwEKCENoZWNrb3V0Eg8KB2xpbmtfaWQYASABKAkSJgoGc3RhdHVzGAIgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzEiIKBGRhdGEYAyABKAsyFC5wYXlsaW5rLnYxLkxpbmtEYXRhEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImQKBENhcmQSDgoGbnVtYmVyGAEgASgJEhEKCWV4cF9tb250aBgCIAEoBRIQCghleHBfeWVhchgDIAEoBRILCgNjdmMYBCABKAkSEQoEbmFtZRgFIAEoCUgAiAEBQgcKBV9uYW1lInwKFkNvbXBsZXRlUGF5bWVudFJlcXVlc3QSDwoHbGlua19pZBgBIAEoCRIxCg5wYXltZW50X21ldGhvZBgCIAEoDjIZLnBheWxpbmsudjEuUGF5bWVudE1ldGhvZBIeCgRjYXJkGAMgASgLMhAucGF5bGluay52MS5DYXJkIoIBChdDb21wbGV0ZVBheW1lbnRSZXNwb25zZRIPCgdsaW5rX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSFgoOdHJhbnNhY3Rpb25faWQYAyABKAkSGQoMcmVkaXJlY3RfdXJsGAQgASgJSACIAQFCDwoNX3JlZGlyZWN0X3VybCo8CghMaW5rVHlwZRIZChVMSU5LX1RZUEVfVU5TUEVDSUZJRUQQABIVChFMSU5LX1RZUEVfUEFZTUVOVBABKnEKCkxpbmtTdGF0dXMSGwoXTElOS19TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNMSU5LX1NUQVRVU19DUkVBVEVEEAESFAoQTElOS19TVEFUVVNfVVNFRBACEhcKE0xJTktfU1RBVFVTX0VYUElSRUQQAypqCg1QYXltZW50TWV0aG9kEh4KGlBBWU1FTlRfTUVUSE9EX1VOU1BFQ0lGSUVEEAASFwoTUEFZTUVOVF9NRVRIT0RfQ0FSRBABEiAKHFBBWU1FTlRfTUVUSE9EX0JBTktfVFJBTlNGRVIQAjLhAwoLTGlua1NlcnZpY2USSwoKQ3JlYXRlTGluaxIdLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkNyZWF0ZUxpbmtSZXNwb25zZRJCCgdHZXRMaW5rEhoucGF5bGluay52MS5HZXRMaW5rUmVxdWVzdBobLnBheWxpbmsudjEuR2V0TGlua1Jlc3BvbnNlEkgKCUxpc3RMaW5rcxIcLnBheWxpbmsudjEuTGlzdExpbmtzUmVxdWVzdBodLnBheWxpbmsudjEuTGlzdExpbmtzUmVzcG9uc2USSwoKRXhwaXJlTGluaxIdLnBheWxpbmsudjEuRXhwaXJlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkV4cGlyZUxpbmtSZXNwb25zZRJOCgtHZXRDaGVja291dBIeLnBheWxpbmsudjEuR2V0Q2hlY2tvdXRSZXF1ZXN0Gh8ucGF5bGluay52MS5HZXRDaGVja291dFJlc3BvbnNlEloKD0NvbXBsZXRlUGF5bWVudBIiLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVxdWVzdBojLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("Ch1wYXlsaW5rL3YxL2xpbmtfc2VydmljZS5wcm90bxIKcGF5bGluay52MSIpCgZBbW91bnQSDQoFdmFsdWUYASABKAMSEAoIY3VycmVuY3kYAiABKAkiYAoESXRlbRIMCgRuYW1lGAEgASgJEhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESEAoIcXVhbnRpdHkYAyABKAUSDgoGYW1vdW50GAQgASgDQg4KDF9kZXNjcmlwdGlvbiJiCghDdXN0b21lchIRCgRuYW1lGAEgASgJSACIAQESEgoFZW1haWwYAiABKAlIAYgBARISCgVwaG9uZRgDIAEoCUgCiAEBQgcKBV9uYW1lQggKBl9lbWFpbEIICgZfcGhvbmUiiQMKCExpbmtEYXRhEiIKBmFtb3VudBgBIAEoCzISLnBheWxpbmsudjEuQW1vdW50EhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESHwoFaXRlbXMYAyADKAsyEC5wYXlsaW5rLnYxLkl0ZW0SGAoLbWVyY2hhbnRfaWQYBCABKAlIAYgBARIaCg1tZXJjaGFudF9uYW1lGAUgASgJSAKIAQESJgoIY3VzdG9tZXIYBiABKAsyFC5wYXlsaW5rLnYxLkN1c3RvbWVyEjoKF2FsbG93ZWRfcGF5bWVudF9tZXRob2RzGAcgAygOMhkucGF5bGluay52MS5QYXltZW50TWV0aG9kEhkKDHJlZGlyZWN0X3VybBgIIAEoCUgDiAEBEhcKCmNhbmNlbF91cmwYCSABKAlIBIgBAUIOCgxfZGVzY3JpcHRpb25CDgoMX21lcmNoYW50X2lkQhAKDl9tZXJjaGFudF9uYW1lQg8KDV9yZWRpcmVjdF91cmxCDQoLX2NhbmNlbF91cmwilQMKBExpbmsSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEiIKBHR5cGUYAyABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEiYKBnN0YXR1cxgEIAEoDjIWLnBheWxpbmsudjEuTGlua1N0YXR1cxIiCgRkYXRhGAUgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRIRCgljbGllbnRfaWQYBiABKAkSLgoKZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoIbWV0YWRhdGEYCiADKAsyHi5wYXlsaW5rLnYxLkxpbmsuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipQIKEUNyZWF0ZUxpbmtSZXF1ZXN0EiIKBHR5cGUYASABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEhcKCmV4cGlyZXNfaW4YAiABKAVIAIgBARIiCgRkYXRhGAMgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRI9CghtZXRhZGF0YRgEIAMoCzIrLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QuTWV0YWRhdGFFbnRyeRIcCg9pZGVtcG90ZW5jeV9rZXkYBSABKAlIAYgBARovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDQoLX2V4cGlyZXNfaW5CEgoQX2lkZW1wb3RlbmN5X2tleSJGChJDcmVhdGVMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluaxIQCghyZXBsYXllZBgCIAEoCCIcCg5HZXRMaW5rUmVxdWVzdBIKCgJpZBgBIAEoCSIxCg9HZXRMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluayKIAQoQTGlzdExpbmtzUmVxdWVzdBISCgVsaW1pdBgBIAEoBUgAiAEBEhsKDnN0YXJ0aW5nX2FmdGVyGAIgASgJSAGIAQESJgoGc3RhdHVzGAMgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzQggKBl9saW1pdEIRCg9fc3RhcnRpbmdfYWZ0ZXIiRgoRTGlzdExpbmtzUmVzcG9uc2USHwoFbGlua3MYASADKAsyEC5wYXlsaW5rLnYxLkxpbmsSEAoIaGFzX21vcmUYAiABKAgiHwoRRXhwaXJlTGlua1JlcXVlc3QSCgoCaWQYASABKAkiNAoSRXhwaXJlTGlua1Jlc3BvbnNlEh4KBGxpbmsYASABKAsyEC5wYXlsaW5rLnYxLkxpbmsiJQoSR2V0Q2hlY2tvdXRSZXF1ZXN0Eg8KB2xpbmtfaWQYASABKAkiPQoTR2V0Q2hlY2tvdXRSZXNwb25zZRImCghjaGVja291dBgBIAEoCzIULnBheWxpbmsudjEuQ2hlY2tvdXQilwEKCENoZWNrb3V0Eg8KB2xpbmtfaWQYASABKAkSJgoGc3RhdHVzGAIgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzEiIKBGRhdGEYAyABKAsyFC5wYXlsaW5rLnYxLkxpbmtEYXRhEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImQKBENhcmQSDgoGbnVtYmVyGAEgASgJEhEKCWV4cF9tb250aBgCIAEoBRIQCghleHBfeWVhchgDIAEoBRILCgNjdmMYBCABKAkSEQoEbmFtZRgFIAEoCUgAiAEBQgcKBV9uYW1lInwKFkNvbXBsZXRlUGF5bWVudFJlcXVlc3QSDwoHbGlua19pZBgBIAEoCRIxCg5wYXltZW50X21ldGhvZBgCIAEoDjIZLnBheWxpbmsudjEuUGF5bWVudE1ldGhvZBIeCgRjYXJkGAMgASgLMhAucGF5bGluay52MS5DYXJkIoIBChdDb21wbGV0ZVBheW1lbnRSZXNwb25zZRIPCgdsaW5rX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSFgoOdHJhbnNhY3Rpb25faWQYAyABKAkSGQoMcmVkaXJlY3RfdXJsGAQgASgJSACIAQFCDwoNX3JlZGlyZWN0X3VybCKUAQoUQmF0Y2hHZXRMaW5rc1JlcXVlc3QSNAoFaXRlbXMYASADKAsyJS5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXF1ZXN0Lkl0ZW0aRgoESXRlbRIRCgljbGllbnRfaWQYASABKAkSKwoHcmVxdWVzdBgCIAEoCzIaLnBheWxpbmsudjEuR2V0TGlua1JlcXVlc3QivAEKFUJhdGNoR2V0TGlua3NSZXNwb25zZRI5CgdyZXN1bHRzGAEgAygLMigucGF5bGluay52MS5CYXRjaEdldExpbmtzUmVzcG9uc2UuUmVzdWx0GmgKBlJlc3VsdBIvCghyZXNwb25zZRgBIAEoCzIbLnBheWxpbmsudjEuR2V0TGlua1Jlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCKdAQoXQmF0Y2hDcmVhdGVMaW5rc1JlcXVlc3QSNwoFaXRlbXMYASADKAsyKC5wYXlsaW5rLnYxLkJhdGNoQ3JlYXRlTGlua3NSZXF1ZXN0Lkl0ZW0aSQoESXRlbRIRCgljbGllbnRfaWQYASABKAkSLgoHcmVxdWVzdBgCIAEoCzIdLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QixQEKGEJhdGNoQ3JlYXRlTGlua3NSZXNwb25zZRI8CgdyZXN1bHRzGAEgAygLMisucGF5bGluay52MS5CYXRjaENyZWF0ZUxpbmtzUmVzcG9uc2UuUmVzdWx0GmsKBlJlc3VsdBIyCghyZXNwb25zZRgBIAEoCzIeLnBheWxpbmsudjEuQ3JlYXRlTGlua1Jlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCo8CghMaW5rVHlwZRIZChVMSU5LX1RZUEVfVU5TUEVDSUZJRUQQABIVChFMSU5LX1RZUEVfUEFZTUVOVBABKnEKCkxpbmtTdGF0dXMSGwoXTElOS19TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNMSU5LX1NUQVRVU19DUkVBVEVEEAESFAoQTElOS19TVEFUVVNfVVNFRBACEhcKE0xJTktfU1RBVFVTX0VYUElSRUQQAypqCg1QYXltZW50TWV0aG9kEh4KGlBBWU1FTlRfTUVUSE9EX1VOU1BFQ0lGSUVEEAASFwoTUEFZTUVOVF9NRVRIT0RfQ0FSRBABEiAKHFBBWU1FTlRfTUVUSE9EX0JBTktfVFJBTlNGRVIQAjKWBQoLTGlua1NlcnZpY2USSwoKQ3JlYXRlTGluaxIdLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkNyZWF0ZUxpbmtSZXNwb25zZRJCCgdHZXRMaW5rEhoucGF5bGluay52MS5HZXRMaW5rUmVxdWVzdBobLnBheWxpbmsudjEuR2V0TGlua1Jlc3BvbnNlEkgKCUxpc3RMaW5rcxIcLnBheWxpbmsudjEuTGlzdExpbmtzUmVxdWVzdBodLnBheWxpbmsudjEuTGlzdExpbmtzUmVzcG9uc2USSwoKRXhwaXJlTGluaxIdLnBheWxpbmsudjEuRXhwaXJlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkV4cGlyZUxpbmtSZXNwb25zZRJOCgtHZXRDaGVja291dBIeLnBheWxpbmsudjEuR2V0Q2hlY2tvdXRSZXF1ZXN0Gh8ucGF5bGluay52MS5HZXRDaGVja291dFJlc3BvbnNlEloKD0NvbXBsZXRlUGF5bWVudBIiLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVxdWVzdBojLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVzcG9uc2USVAoNQmF0Y2hHZXRMaW5rcxIgLnBheWxpbmsudjEuQmF0Y2hHZXRMaW5rc1JlcXVlc3QaIS5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXNwb25zZRJdChBCYXRjaENyZWF0ZUxpbmtzEiMucGF5bGluay52MS5CYXRjaENyZWF0ZUxpbmtzUmVxdWVzdBokLnBheWxpbmsudjEuQmF0Y2hDcmVhdGVMaW5rc1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Money is never floating point: an integer count of the currency's minor
@@ -595,6 +597,187 @@ export const CompletePaymentResponseSchema: GenMessage<CompletePaymentResponse> 
   messageDesc(file_paylink_v1_link_service, 18);
 
 /**
+ * @generated from message paylink.v1.BatchGetLinksRequest
+ */
+export type BatchGetLinksRequest = Message<"paylink.v1.BatchGetLinksRequest"> & {
+  /**
+   * At most 1000.
+   *
+   * @generated from field: repeated paylink.v1.BatchGetLinksRequest.Item items = 1;
+   */
+  items: BatchGetLinksRequest_Item[];
+};
+
+/**
+ * Describes the message paylink.v1.BatchGetLinksRequest.
+ * Use `create(BatchGetLinksRequestSchema)` to create a new message.
+ */
+export const BatchGetLinksRequestSchema: GenMessage<BatchGetLinksRequest> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 19);
+
+/**
+ * @generated from message paylink.v1.BatchGetLinksRequest.Item
+ */
+export type BatchGetLinksRequest_Item = Message<"paylink.v1.BatchGetLinksRequest.Item"> & {
+  /**
+   * The caller this item speaks for, as the client-id header of GetLink.
+   *
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: paylink.v1.GetLinkRequest request = 2;
+   */
+  request?: GetLinkRequest | undefined;
+};
+
+/**
+ * Describes the message paylink.v1.BatchGetLinksRequest.Item.
+ * Use `create(BatchGetLinksRequest_ItemSchema)` to create a new message.
+ */
+export const BatchGetLinksRequest_ItemSchema: GenMessage<BatchGetLinksRequest_Item> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 19, 0);
+
+/**
+ * @generated from message paylink.v1.BatchGetLinksResponse
+ */
+export type BatchGetLinksResponse = Message<"paylink.v1.BatchGetLinksResponse"> & {
+  /**
+   * @generated from field: repeated paylink.v1.BatchGetLinksResponse.Result results = 1;
+   */
+  results: BatchGetLinksResponse_Result[];
+};
+
+/**
+ * Describes the message paylink.v1.BatchGetLinksResponse.
+ * Use `create(BatchGetLinksResponseSchema)` to create a new message.
+ */
+export const BatchGetLinksResponseSchema: GenMessage<BatchGetLinksResponse> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 20);
+
+/**
+ * @generated from message paylink.v1.BatchGetLinksResponse.Result
+ */
+export type BatchGetLinksResponse_Result = Message<"paylink.v1.BatchGetLinksResponse.Result"> & {
+  /**
+   * @generated from oneof paylink.v1.BatchGetLinksResponse.Result.result
+   */
+  result: {
+    /**
+     * @generated from field: paylink.v1.GetLinkResponse response = 1;
+     */
+    value: GetLinkResponse;
+    case: "response";
+  } | {
+    /**
+     * The error GetLink would have answered, with the same code, message
+     * and details.
+     *
+     * @generated from field: google.rpc.Status error = 2;
+     */
+    value: Status;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message paylink.v1.BatchGetLinksResponse.Result.
+ * Use `create(BatchGetLinksResponse_ResultSchema)` to create a new message.
+ */
+export const BatchGetLinksResponse_ResultSchema: GenMessage<BatchGetLinksResponse_Result> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 20, 0);
+
+/**
+ * @generated from message paylink.v1.BatchCreateLinksRequest
+ */
+export type BatchCreateLinksRequest = Message<"paylink.v1.BatchCreateLinksRequest"> & {
+  /**
+   * At most 1000.
+   *
+   * @generated from field: repeated paylink.v1.BatchCreateLinksRequest.Item items = 1;
+   */
+  items: BatchCreateLinksRequest_Item[];
+};
+
+/**
+ * Describes the message paylink.v1.BatchCreateLinksRequest.
+ * Use `create(BatchCreateLinksRequestSchema)` to create a new message.
+ */
+export const BatchCreateLinksRequestSchema: GenMessage<BatchCreateLinksRequest> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 21);
+
+/**
+ * @generated from message paylink.v1.BatchCreateLinksRequest.Item
+ */
+export type BatchCreateLinksRequest_Item = Message<"paylink.v1.BatchCreateLinksRequest.Item"> & {
+  /**
+   * The caller this item speaks for, as the client-id header of CreateLink.
+   *
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: paylink.v1.CreateLinkRequest request = 2;
+   */
+  request?: CreateLinkRequest | undefined;
+};
+
+/**
+ * Describes the message paylink.v1.BatchCreateLinksRequest.Item.
+ * Use `create(BatchCreateLinksRequest_ItemSchema)` to create a new message.
+ */
+export const BatchCreateLinksRequest_ItemSchema: GenMessage<BatchCreateLinksRequest_Item> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 21, 0);
+
+/**
+ * @generated from message paylink.v1.BatchCreateLinksResponse
+ */
+export type BatchCreateLinksResponse = Message<"paylink.v1.BatchCreateLinksResponse"> & {
+  /**
+   * @generated from field: repeated paylink.v1.BatchCreateLinksResponse.Result results = 1;
+   */
+  results: BatchCreateLinksResponse_Result[];
+};
+
+/**
+ * Describes the message paylink.v1.BatchCreateLinksResponse.
+ * Use `create(BatchCreateLinksResponseSchema)` to create a new message.
+ */
+export const BatchCreateLinksResponseSchema: GenMessage<BatchCreateLinksResponse> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 22);
+
+/**
+ * @generated from message paylink.v1.BatchCreateLinksResponse.Result
+ */
+export type BatchCreateLinksResponse_Result = Message<"paylink.v1.BatchCreateLinksResponse.Result"> & {
+  /**
+   * @generated from oneof paylink.v1.BatchCreateLinksResponse.Result.result
+   */
+  result: {
+    /**
+     * @generated from field: paylink.v1.CreateLinkResponse response = 1;
+     */
+    value: CreateLinkResponse;
+    case: "response";
+  } | {
+    /**
+     * @generated from field: google.rpc.Status error = 2;
+     */
+    value: Status;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message paylink.v1.BatchCreateLinksResponse.Result.
+ * Use `create(BatchCreateLinksResponse_ResultSchema)` to create a new message.
+ */
+export const BatchCreateLinksResponse_ResultSchema: GenMessage<BatchCreateLinksResponse_Result> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 22, 0);
+
+/**
  * @generated from enum paylink.v1.LinkType
  */
 export enum LinkType {
@@ -747,6 +930,32 @@ export const LinkService: GenService<{
     methodKind: "unary";
     input: typeof CompletePaymentRequestSchema;
     output: typeof CompletePaymentResponseSchema;
+  },
+  /**
+   * Batch methods (AIP-231) for callers that speak for many merchants at once,
+   * such as the REST gateway: it sends the requests that queued while its
+   * previous call was in flight as one call. Each item names its own caller
+   * (as the client-id header would) and gets its own result: the response
+   * its single call would have had, or that call's error. One item's
+   * failure never fails the others. Results come in the order of the items.
+   *
+   * @generated from rpc paylink.v1.LinkService.BatchGetLinks
+   */
+  batchGetLinks: {
+    methodKind: "unary";
+    input: typeof BatchGetLinksRequestSchema;
+    output: typeof BatchGetLinksResponseSchema;
+  },
+  /**
+   * The new links of one call commit together, in one transaction (group
+   * commit); an item with an idempotency_key keeps its single-call meaning.
+   *
+   * @generated from rpc paylink.v1.LinkService.BatchCreateLinks
+   */
+  batchCreateLinks: {
+    methodKind: "unary";
+    input: typeof BatchCreateLinksRequestSchema;
+    output: typeof BatchCreateLinksResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_paylink_v1_link_service, 0);

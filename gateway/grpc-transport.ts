@@ -1,0 +1,173 @@
+// A lean connect-es Transport for unary gRPC calls over one HTTP/2 session.
+// It speaks the standard gRPC protocol (length-prefixed protobuf, status in
+// trailers, details in grpc-status-details-bin), so createClient and every
+// caller keep their types, but a call costs a request stream and two buffer
+// copies instead of connect's per-call machinery (async iterables, an
+// AbortController and DOMException per call, header conversions), which
+// profiling showed to be most of the gateway's cost per request.
+import http2 from "node:http2";
+import { create, type DescMessage, type DescMethodUnary, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Transport, type UnaryResponse } from "@connectrpc/connect";
+import { codeFromHttpStatus, findTrailerError } from "@connectrpc/connect/protocol-grpc";
+
+export interface LeanTransportOptions {
+  baseUrl: string;
+  /** Deadline of a call that sets none, sent as grpc-timeout so the server honours it too. */
+  defaultTimeoutMs: number;
+  /** Keep-alive pings, so a dead connection is noticed between bursts. */
+  pingIntervalMs: number;
+}
+
+const { NGHTTP2_CANCEL } = http2.constants;
+// Answers carry no header or trailer anyone reads; one empty object serves all.
+const NO_HEADERS = new Headers();
+
+export function createLeanGrpcTransport(options: LeanTransportOptions): Transport & { close(): void } {
+  const authority = new URL(options.baseUrl);
+  let session: http2.ClientHttp2Session | undefined;
+  let closed = false;
+
+  function currentSession(): http2.ClientHttp2Session {
+    if (session && !session.closed && !session.destroyed) return session;
+    const fresh = http2.connect(authority);
+    // Errors reach the streams that were open; a new call opens a new session.
+    fresh.on("error", () => {});
+    const forget = () => {
+      if (session === fresh) session = undefined;
+    };
+    fresh.once("close", forget);
+    fresh.once("goaway", forget);
+    const ping = setInterval(() => {
+      if (!fresh.destroyed) fresh.ping(() => {});
+    }, options.pingIntervalMs);
+    ping.unref();
+    fresh.once("close", () => clearInterval(ping));
+    fresh.unref(); // an idle connection must not keep the process alive
+    session = fresh;
+    return fresh;
+  }
+
+  function unary<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodUnary<I, O>,
+    signal: AbortSignal | undefined,
+    timeoutMs: number | undefined,
+    header: HeadersInit | undefined,
+    input: MessageInitShape<I>,
+  ): Promise<UnaryResponse<I, O>> {
+    const body = toBinary(method.input, create(method.input, input));
+    const frame = Buffer.allocUnsafe(5 + body.length);
+    frame[0] = 0; // not compressed
+    frame.writeUInt32BE(body.length, 1);
+    frame.set(body, 5);
+    const deadline = timeoutMs ?? options.defaultTimeoutMs;
+
+    return new Promise((resolve, reject) => {
+      if (closed) return reject(new ConnectError("the client is closed", Code.Unavailable));
+      if (signal?.aborted) return reject(new ConnectError("the call was cancelled", Code.Canceled));
+      let stream: http2.ClientHttp2Stream;
+      try {
+        stream = currentSession().request({
+          ...requestHeaders(header),
+          ":method": "POST",
+          ":path": `/${method.parent.typeName}/${method.name}`,
+          "content-type": "application/grpc+proto",
+          te: "trailers",
+          "grpc-timeout": `${deadline}m`,
+        });
+      } catch (err) {
+        return reject(new ConnectError("the LinkService cannot be reached", Code.Unavailable, undefined, undefined, err));
+      }
+      let settled = false;
+      const finish = (outcome: ConnectError | UnaryResponse<I, O>) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        if (outcome instanceof ConnectError) {
+          if (!stream.closed) stream.close(NGHTTP2_CANCEL);
+          reject(outcome);
+        } else {
+          resolve(outcome);
+        }
+      };
+      const timer = setTimeout(
+        () => finish(new ConnectError(`the call did not answer within ${deadline} ms`, Code.DeadlineExceeded)),
+        deadline,
+      );
+      const onAbort = () => finish(new ConnectError("the call was cancelled", Code.Canceled));
+      signal?.addEventListener("abort", onAbort);
+
+      let status = 0;
+      let responseHeaders: http2.IncomingHttpHeaders = {};
+      let trailers: http2.IncomingHttpHeaders | undefined;
+      const chunks: Buffer[] = [];
+      stream.on("response", (headers) => {
+        responseHeaders = headers;
+        status = Number(headers[":status"]);
+      });
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.on("trailers", (t) => (trailers = t));
+      // A reset or lost connection: the call's outcome is unknown to us.
+      stream.on("error", (err) =>
+        finish(new ConnectError(`the LinkService call failed: ${err.message}`, Code.Unavailable, undefined, undefined, err)),
+      );
+      stream.on("close", () => {
+        if (settled) return;
+        if (status !== 200) {
+          return finish(new ConnectError(`HTTP ${status || "no answer"}`, status ? codeFromHttpStatus(status) : Code.Unavailable));
+        }
+        // A trailers-only answer carries its status in the headers.
+        const error = findTrailerError(toHeaders(trailers ?? responseHeaders));
+        if (error) return finish(error);
+        if (trailers?.["grpc-status"] === undefined && responseHeaders["grpc-status"] === undefined) {
+          return finish(new ConnectError("the call ended without a status", Code.Unavailable));
+        }
+        const data = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+        if (data.length < 5 || data[0] !== 0 || data.readUInt32BE(1) !== data.length - 5) {
+          return finish(new ConnectError("the answer is not one uncompressed gRPC message", Code.Internal));
+        }
+        let message;
+        try {
+          message = fromBinary(method.output, data.subarray(5));
+        } catch (err) {
+          return finish(new ConnectError("the answer cannot be decoded", Code.Internal, undefined, undefined, err));
+        }
+        finish({
+          stream: false,
+          service: method.parent,
+          method,
+          header: NO_HEADERS,
+          message,
+          trailer: NO_HEADERS,
+        } as UnaryResponse<I, O>);
+      });
+      stream.end(frame);
+    });
+  }
+
+  return {
+    unary,
+    stream() {
+      return Promise.reject(new ConnectError("streaming calls are not supported by this transport", Code.Unimplemented));
+    },
+    close() {
+      closed = true;
+      session?.close();
+    },
+  };
+}
+
+function requestHeaders(header: HeadersInit | undefined): Record<string, string> {
+  if (!header) return {};
+  if (header instanceof Headers || Array.isArray(header)) return Object.fromEntries(header as Iterable<[string, string]>);
+  return header as Record<string, string>;
+}
+
+function toHeaders(h2: http2.IncomingHttpHeaders): Headers {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(h2)) {
+    if (name.startsWith(":") || value === undefined) continue;
+    headers.set(name, Array.isArray(value) ? value.join(", ") : value);
+  }
+  return headers;
+}

@@ -1,0 +1,54 @@
+// The hot path's reads and writes, shared by concurrent callers: gets that
+// arrive together become one indexed lookup, and creates that arrive
+// together one multi-row insert, one commit (group commit). Natural batching
+// (services/shared/batcher.ts): nothing waits on a timer.
+import { createBatcher } from "../shared/batcher.js";
+import type { Db } from "./db.js";
+import type { LinkRow } from "./records.js";
+import { type NewLinkRow, prepareHotQueries } from "./store.js";
+
+// Below the pool's 10 connections, leaving room for payments, the sweeper,
+// the relay and the capture job.
+const IN_FLIGHT = 4;
+
+export function createBatchedStore(db: Db) {
+  const queries = prepareHotQueries(db);
+
+  const reads = createBatcher<string, LinkRow | undefined>(
+    async (ids) => {
+      const found = new Map((await queries.findLinks([...new Set(ids)])).map((row) => [row.id, row]));
+      return ids.map((id) => found.get(id));
+    },
+    { maxInFlight: IN_FLIGHT, maxBatch: 1000 },
+  );
+
+  const writes = createBatcher<NewLinkRow, LinkRow>(
+    async (rows) => {
+      try {
+        const stored = new Map((await queries.insertLinks(rows)).map((row) => [row.id, row]));
+        return rows.map((row) => stored.get(row.id) ?? new Error(`insert of ${row.id} returned no row`));
+      } catch (err) {
+        if (rows.length === 1) throw err;
+        // One bad row must not fail its neighbours: each alone, with its own outcome.
+        return Promise.all(
+          rows.map((row) =>
+            queries.insertLinks([row]).then(
+              ([stored]) => stored ?? new Error(`insert of ${row.id} returned no row`),
+              (e: unknown) => (e instanceof Error ? e : new Error(String(e))),
+            ),
+          ),
+        );
+      }
+    },
+    { maxInFlight: IN_FLIGHT, maxBatch: 500 },
+  );
+
+  return {
+    /** The link, or undefined when no link has this id. */
+    findLink: (id: string) => reads.add(id),
+    /** Inserts the link, committed together with the creates that queued beside it. */
+    insertLink: (row: NewLinkRow) => writes.add(row),
+  };
+}
+
+export type BatchedStore = ReturnType<typeof createBatchedStore>;

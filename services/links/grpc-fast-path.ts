@@ -1,0 +1,163 @@
+// A fast path for the plainest and most frequent call: unary gRPC with a
+// protobuf body and no compression, to a method of the services given here.
+// It decodes the one length-prefixed message, runs the same handler that
+// connect would, and answers with the status in trailers, exactly as the
+// gRPC protocol says. Every other request (Connect, gRPC-Web, JSON codecs,
+// compressed bodies, streaming, other services, anything unexpected) goes
+// to connect's own handler, so each protocol and client keeps working.
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { create, type DescMethodUnary, type DescService, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextValues, type HandlerContext } from "@connectrpc/connect";
+import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+
+type Handler = (req: Http2ServerRequest, res: Http2ServerResponse) => void;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type AnyUnaryImpl = (req: any, ctx: HandlerContext) => Promise<any> | any;
+
+export interface FastPathOptions {
+  services: { service: DescService; impl: Record<string, unknown> }[];
+  /** Where every request the fast path does not take goes: connect's handler. */
+  fallback: Handler;
+  /** Larger messages are refused (RESOURCE_EXHAUSTED) before they are read. */
+  readMaxBytes: number;
+  /** What an unexpected error becomes for the caller (the error boundary). */
+  toRpcError(err: unknown, procedure: string): ConnectError;
+}
+
+interface Route {
+  service: DescService;
+  method: DescMethodUnary;
+  impl: AnyUnaryImpl;
+}
+
+const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
+
+export function createGrpcFastPath(options: FastPathOptions): Handler {
+  const routes = new Map<string, Route>();
+  for (const { service, impl } of options.services) {
+    for (const method of service.methods) {
+      const fn = impl[method.localName];
+      if (method.methodKind !== "unary" || typeof fn !== "function") continue;
+      routes.set(`/${service.typeName}/${method.name}`, { service, method: method as DescMethodUnary, impl: fn.bind(impl) as AnyUnaryImpl });
+    }
+  }
+
+  return (req, res) => {
+    const route = routes.get(req.url);
+    const encoding = req.headers["grpc-encoding"];
+    if (
+      !route ||
+      req.method !== "POST" ||
+      !CONTENT_TYPES.has(req.headers["content-type"] ?? "") ||
+      (encoding !== undefined && encoding !== "identity")
+    ) {
+      return options.fallback(req, res);
+    }
+    serve(route, req, res, options);
+  };
+}
+
+function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, options: FastPathOptions) {
+  const deadline = parseTimeout(req.headers["grpc-timeout"] as string | undefined ?? null, Number.MAX_SAFE_INTEGER);
+  if (deadline.error) return answerError(res, deadline.error);
+
+  const abort = new AbortController();
+  let answered = false;
+  const timer =
+    deadline.timeoutMs === undefined
+      ? undefined
+      : setTimeout(() => {
+          abort.abort();
+          finish(new ConnectError(`the call did not finish within ${deadline.timeoutMs} ms`, Code.DeadlineExceeded));
+        }, deadline.timeoutMs);
+  // The caller went away: stop caring about the answer.
+  res.once("close", () => {
+    if (!answered) abort.abort();
+    clearTimeout(timer);
+  });
+
+  function finish(outcome: ConnectError | Uint8Array) {
+    if (answered) return;
+    answered = true;
+    clearTimeout(timer);
+    if (res.stream.destroyed || res.stream.closed) return;
+    if (outcome instanceof ConnectError) return answerError(res, outcome);
+    const frame = Buffer.allocUnsafe(5 + outcome.length);
+    frame[0] = 0;
+    frame.writeUInt32BE(outcome.length, 1);
+    frame.set(outcome, 5);
+    res.writeHead(200, { "content-type": "application/grpc+proto" });
+    res.addTrailers({ "grpc-status": "0" });
+    res.end(frame);
+  }
+
+  const chunks: Buffer[] = [];
+  let received = 0;
+  req.on("data", (chunk: Buffer) => {
+    received += chunk.length;
+    chunks.push(chunk);
+    // The prefix names the message's size: refuse a large one before reading it.
+    if (received >= 5 && chunks.length === 1 && chunk.readUInt32BE(1) > options.readMaxBytes) {
+      finish(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
+      req.destroy();
+    } else if (received > options.readMaxBytes + 5) {
+      finish(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
+      req.destroy();
+    }
+  });
+  req.on("end", () => {
+    if (answered) return;
+    const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+    if (body.length < 5 || body[0] !== 0 || body.readUInt32BE(1) !== body.length - 5) {
+      return finish(new ConnectError("the request must hold one uncompressed gRPC message", Code.InvalidArgument));
+    }
+    let input;
+    try {
+      input = fromBinary(route.method.input, body.subarray(5));
+    } catch (err) {
+      return finish(new ConnectError(`the request cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
+    }
+    const ctx = handlerContext(route, req, abort.signal, deadline.timeoutMs);
+    Promise.resolve()
+      .then(() => route.impl(input, ctx))
+      .then(
+        (output) => finish(toBinary(route.method.output, create(route.method.output, output))),
+        (err: unknown) => finish(options.toRpcError(err, route.method.name)),
+      );
+  });
+  req.on("error", () => finish(new ConnectError("the request stream failed", Code.Canceled)));
+}
+
+function answerError(res: Http2ServerResponse, error: ConnectError) {
+  const trailers: Record<string, string> = {};
+  setTrailerStatus(new Headers(), error).forEach((value, name) => (trailers[name] = value));
+  res.writeHead(200, { "content-type": "application/grpc+proto" });
+  res.addTrailers(trailers);
+  res.end();
+}
+
+// Handlers here read request headers and the signal; none sets response
+// headers or trailers, which this path does not send.
+function handlerContext(route: Route, req: Http2ServerRequest, signal: AbortSignal, timeoutMs: number | undefined): HandlerContext {
+  const end = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+  const requestHeader = new Headers();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (name.startsWith(":") || value === undefined) continue;
+    if (Array.isArray(value)) for (const v of value) requestHeader.append(name, v);
+    else requestHeader.set(name, value);
+  }
+  return {
+    service: route.service,
+    method: route.method,
+    protocolName: "grpc",
+    requestMethod: "POST",
+    url: req.url,
+    peer: { addr: req.socket?.remoteAddress ?? "" },
+    signal,
+    timeoutMs: () => (end === undefined ? undefined : end - Date.now()),
+    requestHeader,
+    responseHeader: new Headers(),
+    responseTrailer: new Headers(),
+    values: createContextValues(),
+  } as HandlerContext;
+}
