@@ -1,0 +1,283 @@
+// The hot path's amortisation: natural batching, the batch RPCs with their
+// per-item callers and errors, group commit that never lets one row fail its
+// neighbours, prepared statements, and 1,000 concurrent mixed REST requests
+// that each get the answer their own request deserves.
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { create } from "@bufbuild/protobuf";
+import { sql } from "drizzle-orm";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { inject } from "vitest";
+import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
+import { CreateLinkRequestSchema, LinkService, LinkStatus, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createBatchedStore } from "../services/links/batched-store.js";
+import { createDb } from "../services/links/db.js";
+import { createBatcher } from "../services/shared/batcher.js";
+import { newLinkId } from "../services/shared/ids.js";
+import { errorFromStatus } from "../services/shared/rpc-status.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.close());
+
+describe("natural batching", () => {
+  it("sends the first item at once and what queued meanwhile as one batch, on no timer", async () => {
+    const batches: number[][] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const batcher = createBatcher<number, number>(
+      async (items) => {
+        batches.push(items);
+        if (batches.length === 1) await gate;
+        return items.map((n) => n * 10);
+      },
+      { maxInFlight: 1, maxBatch: 100 },
+    );
+    const first = batcher.add(1);
+    await new Promise((r) => setImmediate(r));
+    const queued = [2, 3, 4].map((n) => batcher.add(n));
+    await new Promise((r) => setImmediate(r));
+    expect(batches).toEqual([[1]]); // the others wait for the call in flight, not for a timer
+    release();
+    expect(await Promise.all([first, ...queued])).toEqual([10, 20, 30, 40]);
+    expect(batches).toEqual([[1], [2, 3, 4]]);
+  });
+
+  it("fails only the item whose result is an error, and the whole batch when the call fails", async () => {
+    const perItem = createBatcher<number, number>(
+      async (items) => items.map((n) => (n === 2 ? new Error("two") : n)),
+      { maxInFlight: 1, maxBatch: 10 },
+    );
+    const results = await Promise.allSettled([1, 2, 3].map((n) => perItem.add(n)));
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+
+    const broken = createBatcher<number, number>(() => Promise.reject(new Error("down")), { maxInFlight: 1, maxBatch: 10 });
+    const all = await Promise.allSettled([1, 2].map((n) => broken.add(n)));
+    expect(all.map((r) => r.status === "rejected" && (r.reason as Error).message)).toEqual(["down", "down"]);
+  });
+
+  it("never puts more than maxBatch items in one batch", async () => {
+    const sizes: number[] = [];
+    const batcher = createBatcher<number, number>(
+      async (items) => {
+        sizes.push(items.length);
+        return items;
+      },
+      { maxInFlight: 1, maxBatch: 3 },
+    );
+    await Promise.all(Array.from({ length: 8 }, (_, i) => batcher.add(i)));
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(3);
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(8);
+  });
+});
+
+describe("BatchGetLinks and BatchCreateLinks over gRPC", () => {
+  const client = () => createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+  const newLink = (description: string, idempotencyKey?: string) =>
+    create(CreateLinkRequestSchema, {
+      type: LinkType.PAYMENT,
+      data: { amount: { value: 1050n, currency: "USD" }, description },
+      idempotencyKey,
+    });
+
+  it("answers each item as its own call would, errors and details included, in order", async () => {
+    const links = client();
+    const created = await links.batchCreateLinks({
+      items: [
+        { clientId: "batch-a", request: newLink("first") },
+        { clientId: "", request: newLink("no caller") },
+        { clientId: "batch-b", request: { ...newLink("bad"), expiresIn: 59 } },
+        { clientId: "batch-b", request: newLink("second") },
+      ],
+    });
+    const [a, noCaller, bad, b] = created.results;
+    expect(a!.result.case).toBe("response");
+    expect(b!.result.case).toBe("response");
+    const linkA = a!.result.case === "response" ? a!.result.value.link! : undefined;
+    const linkB = b!.result.case === "response" ? b!.result.value.link! : undefined;
+    expect([linkA!.clientId, linkA!.data!.description]).toEqual(["batch-a", "first"]);
+    expect([linkB!.clientId, linkB!.data!.description]).toEqual(["batch-b", "second"]);
+    const errorOf = (r: typeof noCaller) => (r!.result.case === "error" ? errorFromStatus(r!.result.value) : undefined);
+    expect([errorOf(noCaller)?.code, errorOf(noCaller)?.rawMessage]).toEqual([Code.InvalidArgument, "Client ID header is required"]);
+    expect([errorOf(bad)?.code, errorOf(bad)?.rawMessage]).toEqual([Code.InvalidArgument, "expires_in must be an integer from 60 to 86400"]);
+
+    await stack.db.execute(sql`UPDATE links SET status = 'used' WHERE id = ${linkB!.id}`);
+    const got = await links.batchGetLinks({
+      items: [
+        { clientId: "batch-a", request: { id: linkA!.id } },
+        { clientId: "batch-a", request: { id: linkB!.id } },
+        { clientId: "batch-b", request: { id: linkB!.id } },
+        { clientId: "batch-a", request: { id: newLinkId() } },
+        { clientId: "batch-a", request: { id: "not-an-id" } },
+      ],
+    });
+    const outcome = got.results.map((r) =>
+      r.result.case === "response"
+        ? [r.result.value.link!.id, r.result.value.link!.status]
+        : r.result.case === "error"
+          ? [r.result.value.code, r.result.value.message]
+          : undefined,
+    );
+    expect(outcome).toEqual([
+      [linkA!.id, LinkStatus.CREATED],
+      [Code.PermissionDenied, "Unauthorized access"],
+      [linkB!.id, LinkStatus.USED],
+      [Code.NotFound, "Link not found"],
+      [Code.NotFound, "Link not found"],
+    ]);
+  });
+
+  it("keeps ErrorInfo details on an item's error", async () => {
+    const links = client();
+    const first = await links.batchCreateLinks({ items: [{ clientId: "batch-k", request: newLink("one", "key-1") }] });
+    expect(first.results[0]!.result.case).toBe("response");
+    const reused = await links.batchCreateLinks({ items: [{ clientId: "batch-k", request: newLink("two", "key-1") }] });
+    const result = reused.results[0]!.result;
+    expect(result.case).toBe("error");
+    const err = errorFromStatus(result.value as never);
+    expect(err.code).toBe(Code.FailedPrecondition);
+    expect(err.findDetails(ErrorInfoSchema)[0]?.reason).toBe("IDEMPOTENCY_KEY_REUSED");
+  });
+
+  it("refuses more than 1000 items", async () => {
+    const items = Array.from({ length: 1001 }, () => ({ clientId: "batch-a", request: { id: newLinkId() } }));
+    const err = await client().batchGetLinks({ items }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+  });
+});
+
+describe("the batched store", () => {
+  it("commits concurrent creates together, and a row that fails fails alone", async () => {
+    const { db, close } = createDb(inject("databaseUrl"), { max: 1 });
+    try {
+      const store = createBatchedStore(db);
+      const now = new Date();
+      const row = (id: string) => ({
+        id,
+        clientId: "group-commit",
+        data: { amount: { value: "100", currency: "USD" }, description: "x" },
+        metadata: {},
+        expiresAt: new Date(now.getTime() + 60_000),
+        createdAt: now,
+        updatedAt: now,
+      });
+      const taken = (await store.insertLink(row(newLinkId()))).id;
+      // The first insert holds the only connection; the rest queue into one batch,
+      // in which one row repeats an existing primary key.
+      const ids = [newLinkId(), newLinkId(), taken, newLinkId()];
+      const results = await Promise.allSettled(ids.map((id) => store.insertLink(row(id))));
+      expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+      const found = await Promise.all(ids.map((id) => store.findLink(id)));
+      expect(found.map((r) => r?.id)).toEqual(ids);
+    } finally {
+      await close();
+    }
+  });
+
+  it("runs its reads and writes as prepared statements, reused across calls", async () => {
+    const { db, client, close } = createDb(inject("databaseUrl"), { max: 1 });
+    try {
+      const store = createBatchedStore(db);
+      const now = new Date();
+      for (let i = 0; i < 3; i++) {
+        const { id } = await store.insertLink({
+          id: newLinkId(),
+          clientId: "prepared",
+          data: { amount: { value: "100", currency: "USD" }, description: "x" },
+          metadata: {},
+          expiresAt: new Date(now.getTime() + 60_000),
+          createdAt: now,
+          updatedAt: now,
+        });
+        await store.findLink(id);
+      }
+      const statements = await client<{ statement: string; uses: number }[]>`
+        SELECT statement, generic_plans + custom_plans AS uses FROM pg_prepared_statements`;
+      const uses = (needle: string) => statements.filter((s) => s.statement.includes(needle)).reduce((n, s) => n + Number(s.uses), 0);
+      expect(uses("jsonb_to_recordset")).toBe(3);
+      expect(uses("= ANY(")).toBe(3);
+    } finally {
+      await close();
+    }
+  });
+});
+
+describe("1,000 concurrent mixed REST requests", () => {
+  it("answers every one with what its own request deserves", async () => {
+    const clients = ["mix-a", "mix-b", "mix-c", "mix-d"];
+    const own = new Map<string, string>(); // link id -> owner
+    for (const clientId of clients) {
+      for (let i = 0; i < 5; i++) {
+        const res = await api(stack, "POST", "/v1/links", { clientId, body: validLink() });
+        own.set(res.body.id, clientId);
+      }
+    }
+    const existing = [...own.keys()];
+    type Check = () => Promise<void>;
+    const checks: Check[] = [];
+    for (let i = 0; i < 1000; i++) {
+      const clientId = clients[i % clients.length]!;
+      const kind = i % 5;
+      if (kind === 0) {
+        const description = `order ${i}`;
+        checks.push(async () => {
+          const res = await api(stack, "POST", "/v1/links", { clientId, body: validLink({ data: { amount: { value: 1 + i, currency: "USD" }, description } }) });
+          expect(res.status, res.text).toBe(201);
+          expect([res.body.client_id, res.body.data.description, res.body.data.amount.value]).toEqual([clientId, description, 1 + i]);
+          expect(res.headers.get("location")).toBe(`/v1/links/${res.body.id}`);
+        });
+      } else if (kind === 1) {
+        const id = existing[i % existing.length]!;
+        checks.push(async () => {
+          const res = await api(stack, "GET", `/v1/links/${id}`, { clientId });
+          if (own.get(id) === clientId) {
+            expect(res.status, res.text).toBe(200);
+            expect([res.body.id, res.body.client_id]).toEqual([id, clientId]);
+          } else {
+            expect([res.status, res.body]).toEqual([403, { error: "Unauthorized access" }]);
+          }
+        });
+      } else if (kind === 2) {
+        checks.push(async () => {
+          const res = await api(stack, "GET", `/v1/links/${newLinkId()}`, { clientId });
+          expect([res.status, res.body]).toEqual([404, { error: "Link not found" }]);
+        });
+      } else if (kind === 3) {
+        // Idempotent creates: i and i + 20 share a client and a key, so one
+        // creates and the other replays it (or is told the first is still running).
+        const key = `mix-key-${i % 20}-${Math.floor(i / 40)}`;
+        const description = `keyed ${key}`;
+        checks.push(async () => {
+          const res = await api(stack, "POST", "/v1/links", {
+            clientId,
+            headers: { "idempotency-key": key },
+            body: validLink({ data: { amount: { value: 5, currency: "USD" }, description } }),
+          });
+          if (res.status === 409) {
+            expect(res.body).toEqual({ error: "A request with this Idempotency-Key is in progress" });
+          } else {
+            expect(res.status, res.text).toBe(201);
+            expect([res.body.client_id, res.body.data.description]).toEqual([clientId, description]);
+          }
+        });
+      } else {
+        checks.push(async () => {
+          const res = await api(stack, "POST", "/v1/links", { clientId, body: validLink({ expires_in: 59 }) });
+          expect([res.status, res.body]).toEqual([400, { error: "expires_in must be an integer from 60 to 86400" }]);
+        });
+      }
+    }
+    await Promise.all(checks.map((check) => check()));
+
+    // Each client's idempotency key made at most one link.
+    const rows = await stack.db.execute<{ description: string; n: string }>(
+      sql`SELECT client_id, data->>'description' AS description, count(*) AS n FROM links
+          WHERE data->>'description' LIKE 'keyed %' GROUP BY 1, 2 HAVING count(*) > 1`,
+    );
+    expect(rows).toEqual([]);
+  }, 60_000);
+});
