@@ -11,10 +11,16 @@ import { createSupervisor } from "./supervisor.js";
 
 const DATA_ROOT = ".data";
 const EMBEDDED_PG_PORT = process.env.EMBEDDED_POSTGRES_PORT ?? "54329";
+// `npm start` runs the build in dist/ with plain node, as production does;
+// `npm run dev` runs the sources through tsx. Each child runs the same way.
+const fromSource = import.meta.url.endsWith(".ts");
+const LOADER = fromSource ? ["--import", "tsx"] : [];
+const entry = (relative: string) =>
+  fileURLToPath(new URL(fromSource ? relative : relative.replace(/\.ts$/, ".js"), import.meta.url));
 const SERVICES = [
-  ["links", "services/links/main.ts"],
-  ["gateway", "gateway/main.ts"],
-  ["notifier", "services/notifier/main.ts"],
+  ["links", "../links/main.ts"],
+  ["gateway", "../../gateway/main.ts"],
+  ["notifier", "../notifier/main.ts"],
 ] as const;
 const log = (line: string) => console.log(`[start] ${line}`);
 
@@ -46,8 +52,8 @@ try {
   });
 
   const services = supervisor.layer();
-  for (const [name, entry] of SERVICES) {
-    const child = services.spawn(process.execPath, ["--import", "tsx", entry], {
+  for (const [name, file] of SERVICES) {
+    const child = services.spawn(process.execPath, [...LOADER, entry(file)], {
       env: { ...process.env, DATABASE_URL: databaseUrl },
     });
     stopEverythingWhenItDies(name, child);
@@ -65,8 +71,7 @@ try {
 }
 
 async function startEmbeddedPostgres(): Promise<string> {
-  const module = fileURLToPath(new URL("./postgres.ts", import.meta.url));
-  const child = supervisor.layer().fork(module, [DATA_ROOT, EMBEDDED_PG_PORT]);
+  const child = supervisor.layer().fork(entry("./postgres.ts"), [DATA_ROOT, EMBEDDED_PG_PORT], LOADER);
   const url = await new Promise<string>((resolve, reject) => {
     child.once("message", (m: { url?: string; error?: string }) =>
       m.url ? resolve(m.url) : reject(new Error(`embedded PostgreSQL: ${m.error}`)),

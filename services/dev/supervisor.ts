@@ -41,8 +41,8 @@ export function createSupervisor(log: (line: string) => void) {
         layer.push(child);
         return child;
       };
-      const forkIn = (module: string, args: string[]) => {
-        const child = fork(module, args, { execArgv: ["--import", "tsx"], stdio: "inherit", detached: true });
+      const forkIn = (module: string, args: string[], execArgv: string[] = []) => {
+        const child = fork(module, args, { execArgv, stdio: "inherit", detached: true });
         layer.push(child);
         return child;
       };

@@ -9,7 +9,7 @@
 //   npm run bench                 3 rounds of 10 s per path and target
 //   npm run bench -- --short      1 round of 0.75 s (what CI runs; prints, asserts nothing)
 //   --rounds N  --duration S      override
-import { type ChildProcess, fork, spawn } from "node:child_process";
+import { type ChildProcess, execSync, fork, spawn } from "node:child_process";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
 import postgres from "postgres";
@@ -83,8 +83,9 @@ async function main() {
   const children: ChildProcess[] = [];
 
   try {
-    // The service, exactly as `npm start` runs it.
-    const start = spawn(process.execPath, ["--import", "tsx", "services/dev/start.ts"], {
+    // The service, exactly as `npm start` runs it: built, then plain node.
+    execSync("npm run --silent build", { stdio: "inherit" });
+    const start = spawn(process.execPath, ["dist/services/dev/start.js"], {
       env: {
         ...process.env,
         DATABASE_URL: database.url,
@@ -104,9 +105,9 @@ async function main() {
     await waitFor(`${serviceUrl}/readyz`);
     const byRole = (needle: string) => childrenOf(start.pid!).filter((pid) => cmdline(pid).includes(needle));
     const servicePids: Record<string, () => number[]> = {
-      gateway: () => byRole("gateway/main.ts"),
-      links: () => byRole("services/links/main.ts"),
-      notifier: () => byRole("services/notifier/main.ts"),
+      gateway: () => byRole("gateway/main."),
+      links: () => byRole("services/links/main."),
+      notifier: () => byRole("services/notifier/main."),
       postgres: pgPids,
     };
 
