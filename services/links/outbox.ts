@@ -3,10 +3,10 @@
 import { randomUUID } from "node:crypto";
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { and, asc, inArray, isNull, isNotNull, lte, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, isNull, isNotNull, lte, notExists, sql } from "drizzle-orm";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Executor } from "./db.js";
-import { outbox } from "./schema.js";
+import { deliveries, outbox } from "./schema.js";
 
 export const SUBJECT_PREFIX = "paylink.events";
 const SUBJECTS = {
@@ -36,11 +36,16 @@ export function subjectOf(event: Event): string {
   return SUBJECTS[event.payload.case as Payload];
 }
 
-export async function enqueue(db: Executor, events: Event[], at: Date): Promise<void> {
+/**
+ * Writes events for the relay. The row id is the event id, so the stream
+ * drops a row the relay publishes twice; `copy` gives a fresh row id instead,
+ * for an event published again on purpose (a redelivery, reconciliation).
+ */
+export async function enqueue(db: Executor, events: Event[], at: Date, opts: { copy?: boolean } = {}): Promise<void> {
   if (events.length === 0) return;
   await db.insert(outbox).values(
     events.map((event) => ({
-      id: event.id,
+      id: opts.copy ? randomUUID() : event.id,
       subject: subjectOf(event),
       payload: toBinary(EventSchema, event),
       createdAt: at,
@@ -75,4 +80,28 @@ export async function deletePublishedBefore(db: Executor, before: Date, limit: n
       LIMIT ${limit} FOR UPDATE SKIP LOCKED
     ) RETURNING ${outbox.id}`);
   return rows.length;
+}
+
+/**
+ * payment.completed rows written before the delivery log existed: they have
+ * no delivery row, and their payload may still hold the webhook address and
+ * api_key. Locked, so one copy adopts each.
+ */
+export async function claimLegacyPaymentEvents(db: Executor, limit: number) {
+  return db
+    .select()
+    .from(outbox)
+    .where(
+      and(
+        eq(outbox.subject, SUBJECTS.paymentCompleted),
+        notExists(db.select({ one: sql`1` }).from(deliveries).where(eq(deliveries.eventId, outbox.id))),
+      ),
+    )
+    .orderBy(asc(outbox.createdAt))
+    .limit(limit)
+    .for("update", { skipLocked: true });
+}
+
+export async function replacePayload(db: Executor, id: string, event: Event): Promise<void> {
+  await db.update(outbox).set({ payload: toBinary(EventSchema, event) }).where(eq(outbox.id, id));
 }
