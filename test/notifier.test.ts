@@ -26,6 +26,7 @@ async function setup(answer?: Parameters<typeof startReceiver>[0]) {
   cleanups.push(webhooks.close);
   const notifier = await startNotifier({
     natsUrl: env.nats.url,
+    linksUrl: webhooks.stack.linksUrl,
     env: "test",
     retrySchedule: SCHEDULE,
     logger: silent,
@@ -185,6 +186,7 @@ describe("health", () => {
   it("is not ready while NATS is unreachable, and is alive all the same", async () => {
     const notifier = await startNotifier({
       natsUrl: "nats://127.0.0.1:1",
+      linksUrl: "http://127.0.0.1:1",
       env: "test",
       retrySchedule: SCHEDULE,
       logger: silent,
