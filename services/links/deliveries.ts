@@ -31,7 +31,8 @@ import type { DeliveryRow } from "./store.js";
 export const LEASE_MS = 60_000;
 /** A copy may come this much before its due time (clocks, timers) and still be the scheduled one. */
 const EARLY_MS = 1_000;
-const MIN_WAIT_MS = 200;
+/** A copy that finds an attempt under way looks again this soon: attempts end within seconds. */
+const WAIT_MS = 500;
 
 /** The delivery row written with a payment's event, in the same transaction. */
 export function newDelivery(
@@ -108,7 +109,7 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     if (req.generation < row.generation) return skip("superseded by a redelivery");
     if (row.status !== "pending") return skip(`already ${row.status}`);
     if (row.leaseUntil && row.leaseUntil > now) {
-      const wait = Math.max(MIN_WAIT_MS, row.leaseUntil.getTime() - now.getTime());
+      const wait = Math.min(WAIT_MS, row.leaseUntil.getTime() - now.getTime());
       return create(StartAttemptResponseSchema, { action: StartAttemptAction.WAIT, retryInMs: wait });
     }
     if (row.nextAttemptAt && row.nextAttemptAt.getTime() > now.getTime() + EARLY_MS) {
