@@ -3,10 +3,10 @@
 import { randomUUID } from "node:crypto";
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { and, asc, eq, inArray, isNull, isNotNull, lte, notExists, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, isNull, isNotNull, lte, sql } from "drizzle-orm";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Executor } from "./db.js";
-import { deliveries, outbox } from "./schema.js";
+import { outbox } from "./schema.js";
 
 export const SUBJECT_PREFIX = "paylink.events";
 const SUBJECTS = {
@@ -46,6 +46,7 @@ export async function enqueue(db: Executor, events: Event[], at: Date, opts: { c
   await db.insert(outbox).values(
     events.map((event) => ({
       id: opts.copy ? randomUUID() : event.id,
+      idsOnly: true,
       subject: subjectOf(event),
       payload: toBinary(EventSchema, event),
       createdAt: at,
@@ -91,17 +92,13 @@ export async function claimLegacyPaymentEvents(db: Executor, limit: number) {
   return db
     .select()
     .from(outbox)
-    .where(
-      and(
-        eq(outbox.subject, SUBJECTS.paymentCompleted),
-        notExists(db.select({ one: sql`1` }).from(deliveries).where(eq(deliveries.eventId, outbox.id))),
-      ),
-    )
+    .where(and(eq(outbox.subject, SUBJECTS.paymentCompleted), eq(outbox.idsOnly, false)))
     .orderBy(asc(outbox.createdAt))
     .limit(limit)
     .for("update", { skipLocked: true });
 }
 
+/** Rewrites an adopted row's event with ids only. */
 export async function replacePayload(db: Executor, id: string, event: Event): Promise<void> {
-  await db.update(outbox).set({ payload: toBinary(EventSchema, event) }).where(eq(outbox.id, id));
+  await db.update(outbox).set({ payload: toBinary(EventSchema, event), idsOnly: true }).where(eq(outbox.id, id));
 }

@@ -1,6 +1,7 @@
 import { sql } from "drizzle-orm";
 import {
   bigint,
+  boolean,
   char,
   customType,
   index,
@@ -78,6 +79,12 @@ export const outbox = pgTable(
     payload: bytea("payload").notNull(),
     createdAt: at("created_at").notNull(),
     publishedAt: at("published_at"),
+    /**
+     * Written by a release whose events carry ids only. Rows of earlier
+     * releases default to false: their payment events may hold the webhook
+     * address and api_key, and are adopted (and stripped) at start.
+     */
+    idsOnly: boolean("ids_only").notNull().default(false),
   },
   (t) => [
     index("outbox_unpublished_idx").on(t.createdAt).where(sql`published_at IS NULL`),

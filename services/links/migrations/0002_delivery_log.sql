@@ -27,6 +27,7 @@ CREATE TABLE "delivery_attempts" (
 	CONSTRAINT "delivery_attempts_event_id_number_pk" PRIMARY KEY("event_id","number")
 );
 --> statement-breakpoint
+ALTER TABLE "outbox" ADD COLUMN "ids_only" boolean DEFAULT false NOT NULL;--> statement-breakpoint
 ALTER TABLE "deliveries" ADD CONSTRAINT "deliveries_link_id_links_id_fk" FOREIGN KEY ("link_id") REFERENCES "public"."links"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "delivery_attempts" ADD CONSTRAINT "delivery_attempts_event_id_deliveries_event_id_fk" FOREIGN KEY ("event_id") REFERENCES "public"."deliveries"("event_id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 CREATE INDEX "deliveries_link_id_idx" ON "deliveries" USING btree ("link_id","created_at");--> statement-breakpoint
