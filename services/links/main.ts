@@ -11,10 +11,10 @@ import { startLinksServer } from "./server.js";
 import { createSweeper } from "./sweeper.js";
 
 await runMain("links", async (config, logger) => {
+  requireInternalToken(config);
   if (!config.databaseUrl) {
     throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
   }
-  requireInternalToken(config);
   await migrateDb(config.databaseUrl);
   const { db, close: closeDb } = createDb(config.databaseUrl);
   const clock = systemClock;
