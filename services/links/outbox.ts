@@ -3,7 +3,7 @@
 import { randomUUID } from "node:crypto";
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { and, asc, eq, inArray, isNull, isNotNull, lte, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, isNull, isNotNull, lte, ne, or, sql } from "drizzle-orm";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Executor } from "./db.js";
 import { outbox } from "./schema.js";
@@ -56,13 +56,15 @@ export async function enqueue(db: Executor, events: Event[], at: Date, opts: { c
 
 /**
  * Locks up to `limit` unpublished rows, oldest first, skipping rows another
- * relay holds, so several link service copies publish side by side.
+ * relay holds, so several link service copies publish side by side. A
+ * payment event of an earlier release waits until it is adopted (stripped
+ * of its webhook address and api_key): nothing secret reaches NATS.
  */
 export async function claimUnpublished(db: Executor, limit: number) {
   return db
     .select()
     .from(outbox)
-    .where(isNull(outbox.publishedAt))
+    .where(and(isNull(outbox.publishedAt), or(eq(outbox.idsOnly, true), ne(outbox.subject, SUBJECTS.paymentCompleted))))
     .orderBy(asc(outbox.createdAt))
     .limit(limit)
     .for("update", { skipLocked: true });
