@@ -5,10 +5,9 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { startNotifier } from "../services/notifier/notifier.js";
-import { uniqueTopology, waitFor } from "./support/nats.js";
+import { waitFor } from "./support/nats.js";
 import { api } from "./support/stack.js";
-import { silent, startReceiver, startWebhookStack, usePrivateNatsAndDatabase } from "./support/webhooks.js";
+import { startDeliveryStack, startReceiver, usePrivateNatsAndDatabase } from "./support/webhooks.js";
 
 const SCHEDULE = [50, 50, 50];
 const env = usePrivateNatsAndDatabase();
@@ -19,24 +18,8 @@ afterEach(async () => {
 });
 
 async function setup(answer?: Parameters<typeof startReceiver>[0], webhookUrl?: string) {
-  const topology = uniqueTopology();
-  const receiver = await startReceiver(answer);
-  cleanups.push(receiver.close);
-  const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
-  cleanups.push(webhooks.close);
-  const notifier = await startNotifier({
-    natsUrl: env.nats.url,
-    linksUrl: webhooks.stack.linksUrl,
-    env: "test",
-    retrySchedule: SCHEDULE,
-    logger: silent,
-    port: 0,
-    host: "127.0.0.1",
-    topology,
-    reconnectWaitMs: 100,
-  });
-  cleanups.push(notifier.close);
-  await notifier.whenReady();
+  const { receiver, webhooks, ...delivery } = await startDeliveryStack(env, cleanups, { answer, retrySchedule: SCHEDULE });
+  const notifier = await delivery.notifier();
   const stack = webhooks.stack;
   const hook = webhookUrl ?? receiver.url;
   const get = (path: string, clientId = "client-webhooks") => api(stack, "GET", path, { clientId });

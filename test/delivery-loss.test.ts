@@ -7,8 +7,7 @@
 // delivered and end with a status. Each case runs against a private
 // nats-server, a database of its own, a real LinkService and notifier.
 import { randomUUID } from "node:crypto";
-import { create, toBinary } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { toBinary } from "@bufbuild/protobuf";
 import { eq, inArray, isNull } from "drizzle-orm";
 import type { JetStreamManager } from "nats";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -16,11 +15,10 @@ import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { deliveryEvent } from "../services/links/deliveries.js";
 import { createReconciler } from "../services/links/reconciler.js";
 import { deliveries, outbox } from "../services/links/schema.js";
-import { startNotifier } from "../services/notifier/notifier.js";
 import { ensureEventStream, type Topology } from "../services/shared/jetstream.js";
-import { uniqueTopology, waitFor } from "./support/nats.js";
+import { waitFor } from "./support/nats.js";
 import { api } from "./support/stack.js";
-import { type Receiver, silent, startReceiver, startWebhookStack, usePrivateNatsAndDatabase } from "./support/webhooks.js";
+import { type Receiver, silent, startDeliveryStack, startReceiver, usePrivateNatsAndDatabase } from "./support/webhooks.js";
 
 const RECONCILE_AFTER_MS = 1000;
 const env = usePrivateNatsAndDatabase();
@@ -35,11 +33,7 @@ afterEach(async () => {
 });
 
 async function setup(answer: Parameters<typeof startReceiver>[0], retrySchedule: number[]) {
-  const topology = uniqueTopology();
-  const receiver = await startReceiver(answer);
-  cleanups.push(receiver.close);
-  const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
-  cleanups.push(webhooks.close);
+  const { topology, receiver, webhooks, ...delivery } = await startDeliveryStack(env, cleanups, { answer, retrySchedule });
   await webhooks.relay!.whenReady();
   const reconciler = createReconciler({
     db: webhooks.stack.db,
@@ -48,23 +42,7 @@ async function setup(answer: Parameters<typeof startReceiver>[0], retrySchedule:
     afterMs: RECONCILE_AFTER_MS,
     onEventsCommitted: () => webhooks.relay!.kick(),
   });
-  async function notifier() {
-    const n = await startNotifier({
-      natsUrl: env.nats.url,
-      linksUrl: webhooks.stack.linksUrl,
-      env: "test",
-      retrySchedule,
-      logger: silent,
-      port: 0,
-      host: "127.0.0.1",
-      topology,
-      reconnectWaitMs: 100,
-      pullExpiresMs: 2000,
-    });
-    cleanups.push(n.close);
-    await n.whenReady();
-    return n;
-  }
+  const notifier = () => delivery.notifier({ pullExpiresMs: 2000 });
   const db = webhooks.stack.db;
   const rowsOf = (linkIds: string[]) => db.select().from(deliveries).where(inArray(deliveries.linkId, linkIds));
   const allPublished = async () => (await db.select().from(outbox).where(isNull(outbox.publishedAt))).length === 0;
@@ -197,17 +175,11 @@ describe("events from before the delivery log", () => {
     // ignored) and the api_key.
     await jsm.streams.purge(topology.eventStream);
     await db.delete(deliveries).where(inArray(deliveries.eventId, [a.eventId, b.eventId]));
-    const oldShape = (row: typeof a) =>
-      create(EventSchema, {
-        id: row.eventId,
-        occurredAt: timestampFromDate(row.createdAt),
-        linkId: row.linkId,
-        clientId: row.clientId,
-        payload: {
-          case: "paymentCompleted",
-          value: { paymentId: row.paymentId, transactionId: row.transactionId, webhookUrl: "http://127.0.0.1:9/old", apiKey: "legacy-key" },
-        },
-      });
+    const oldShape = (row: typeof a) => {
+      const event = deliveryEvent(row);
+      Object.assign(event.payload.value!, { webhookUrl: "http://127.0.0.1:9/old", apiKey: "legacy-key" });
+      return event;
+    };
     await db.delete(outbox).where(eq(outbox.id, a.eventId));
     await env.nc.jetstream().publish(`${topology.eventSubjectPrefix}.payment.completed`, toBinary(EventSchema, oldShape(a)), {
       msgID: randomUUID(),

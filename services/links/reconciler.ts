@@ -61,14 +61,16 @@ export function createReconciler(opts: ReconcilerOptions) {
     return count;
   }
 
-  async function reconcile(): Promise<number> {
+  /** Runs batches until one comes back short; answers how many rows they handled. */
+  async function drain(batch: () => Promise<number>): Promise<number> {
     let total = 0;
     for (;;) {
-      const n = await reconcileBatch();
+      const n = await batch();
       total += n;
       if (n < batchSize || stopped) return total;
     }
   }
+  const reconcile = () => drain(reconcileBatch);
 
   async function adoptLegacyBatch(): Promise<number> {
     return db.transaction(async (tx) => {
@@ -88,14 +90,7 @@ export function createReconciler(opts: ReconcilerOptions) {
     });
   }
 
-  async function adoptLegacy(): Promise<number> {
-    let total = 0;
-    for (;;) {
-      const n = await adoptLegacyBatch();
-      total += n;
-      if (n < batchSize || stopped) return total;
-    }
-  }
+  const adoptLegacy = () => drain(adoptLegacyBatch);
 
   function schedule() {
     if (stopped) return;
