@@ -1048,9 +1048,10 @@ export const DeliveryStatusSchema: GenEnum<DeliveryStatus> = /*@__PURE__*/
  * Errors: INVALID_ARGUMENT for validation (the message names the field),
  * NOT_FOUND, PERMISSION_DENIED for another client's link, and errors with a
  * google.rpc.ErrorInfo (domain "paylink") whose reason says what happened:
- * FAILED_PRECONDITION with LINK_USED, LINK_EXPIRED, CARD_DECLINED or
- * IDEMPOTENCY_KEY_REUSED; ABORTED with IDEMPOTENCY_KEY_IN_USE; UNAVAILABLE
- * with PROCESSOR_NOT_CONFIGURED or PROCESSOR_UNAVAILABLE.
+ * FAILED_PRECONDITION with LINK_USED, LINK_EXPIRED, CARD_DECLINED,
+ * IDEMPOTENCY_KEY_REUSED or LINK_HAS_NO_WEBHOOK; ABORTED with
+ * IDEMPOTENCY_KEY_IN_USE; UNAVAILABLE with PROCESSOR_NOT_CONFIGURED or
+ * PROCESSOR_UNAVAILABLE.
  *
  * @generated from service paylink.v1.LinkService
  */
