@@ -7,9 +7,10 @@
 // never gets an event again once it is delivered. An event published again
 // and still not attempted waits twice as long before the next copy.
 //
-// On start it also adopts payment events written before the delivery log
-// existed: each gets its delivery row, and the webhook address and api_key
-// that old payloads carried are removed from the outbox.
+// On start, and on every pass, it also adopts payment events written before
+// the delivery log existed: each gets its delivery row, and the webhook
+// address and api_key that old payloads carried are removed from the outbox
+// (the relay publishes none of them before).
 import { fromBinary } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
@@ -95,7 +96,10 @@ export function createReconciler(opts: ReconcilerOptions) {
   function schedule() {
     if (stopped) return;
     timer = setTimeout(() => {
-      running = reconcile()
+      // Adopting again on every pass covers rows an earlier release's copy
+      // wrote during a rolling deploy, after this copy started.
+      running = adoptLegacy()
+        .then(reconcile)
         .catch((err: unknown) => logger.error({ err }, "webhook reconciliation failed"))
         .finally(schedule);
     }, intervalMs);

@@ -89,6 +89,8 @@ export const outbox = pgTable(
   (t) => [
     index("outbox_unpublished_idx").on(t.createdAt).where(sql`published_at IS NULL`),
     index("outbox_published_at_idx").on(t.publishedAt).where(sql`published_at IS NOT NULL`),
+    // Rows of earlier releases still to adopt: empty once a deployment has moved on.
+    index("outbox_legacy_idx").on(t.createdAt).where(sql`ids_only = false`),
   ],
 );
 

@@ -31,4 +31,5 @@ ALTER TABLE "outbox" ADD COLUMN "ids_only" boolean DEFAULT false NOT NULL;--> st
 ALTER TABLE "deliveries" ADD CONSTRAINT "deliveries_link_id_links_id_fk" FOREIGN KEY ("link_id") REFERENCES "public"."links"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "delivery_attempts" ADD CONSTRAINT "delivery_attempts_event_id_deliveries_event_id_fk" FOREIGN KEY ("event_id") REFERENCES "public"."deliveries"("event_id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 CREATE INDEX "deliveries_link_id_idx" ON "deliveries" USING btree ("link_id","created_at");--> statement-breakpoint
-CREATE INDEX "deliveries_reconcile_idx" ON "deliveries" USING btree ("reconcile_at") WHERE status = 'pending';
+CREATE INDEX "deliveries_reconcile_idx" ON "deliveries" USING btree ("reconcile_at") WHERE status = 'pending';--> statement-breakpoint
+CREATE INDEX "outbox_legacy_idx" ON "outbox" USING btree ("created_at") WHERE ids_only = false;
