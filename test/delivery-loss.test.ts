@@ -130,6 +130,25 @@ describe("the broker loses the events of 100 pending payments", () => {
   });
 });
 
+describe("reconciliation's pace", () => {
+  it("publishes an event nobody attempts again after the window, then less and less often", async () => {
+    const { receiver, webhooks, reconciler, rowsOf } = await setup(() => 200, [50]);
+    const paid = await webhooks.pay({ webhook: receiver.url });
+    const clock = webhooks.stack.clock;
+    const republished = async () => (await rowsOf([paid.linkId]))[0]!.republished;
+    expect(await reconciler.reconcile()).toBe(0);
+    const steps: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      clock.advance(RECONCILE_AFTER_MS);
+      steps.push(await reconciler.reconcile());
+    }
+    // Published at 1, 2, 4 and 8 windows: gaps of 1, 2 and 4.
+    expect(steps).toStrictEqual([1, 1, 0, 1, 0, 0, 0, 1]);
+    expect(await republished()).toBe(4);
+    expect(receiver.requests).toHaveLength(0); // no notifier runs
+  });
+});
+
 describe("no secrets on NATS", () => {
   it("the outbox, the event stream and the dead-letter stream never hold the api_key", async () => {
     const apiKey = `sk_search_${randomUUID()}`;
