@@ -18,6 +18,7 @@ const BY_REASON: Record<string, number> = {
   IDEMPOTENCY_KEY_REUSED: 422,
   PROCESSOR_NOT_CONFIGURED: 503,
   PROCESSOR_UNAVAILABLE: 503,
+  LINK_HAS_NO_WEBHOOK: 409,
 };
 
 const BY_CODE: Partial<Record<Code, number>> = {

@@ -10,9 +10,12 @@ import { route, type GatewayDeps } from "./app.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
+import { linkEventToJson, paymentToJson } from "./event-json.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
 const clientIdOf = (req: FastifyRequest) => req.headers["client-id"] as string;
+/** Call options that speak for the request's caller, for the calls that are not batched. */
+const asCaller = (req: FastifyRequest) => ({ headers: { "client-id": clientIdOf(req) } });
 
 export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): void {
   const { links } = clients;
@@ -52,7 +55,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
               startingAfter: queryString(query.starting_after, "starting_after"),
               status: query.status === undefined ? LinkStatus.UNSPECIFIED : queryStatus(query.status),
             }),
-            { headers: { "client-id": clientIdOf(req) } },
+            asCaller(req),
           );
           return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
         },
@@ -71,9 +74,33 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
       route(v1, "/links/:id/expire", {
         async POST(req, reply) {
-          if (req.body !== undefined && !isObject(req.body)) throw badRequest(INVALID_JSON);
-          const { link } = await links.expireLink({ id: idOf(req) }, { headers: { "client-id": clientIdOf(req) } });
+          refuseNonObjectBody(req);
+          const { link } = await links.expireLink({ id: idOf(req) }, asCaller(req));
           return sendLink(reply, link!);
+        },
+      });
+
+      // The link's sub-resources answer in any link status (404 and 403 only).
+      route(v1, "/links/:id/payment", {
+        async GET(req, reply) {
+          const { payment } = await links.getPayment({ linkId: idOf(req) }, asCaller(req));
+          return reply.send(paymentToJson(payment!));
+        },
+      });
+
+      route(v1, "/links/:id/events", {
+        async GET(req, reply) {
+          const { events } = await links.listLinkEvents({ linkId: idOf(req) }, asCaller(req));
+          return reply.send({ data: events.map(linkEventToJson) });
+        },
+      });
+
+      route(v1, "/links/:id/events/:eventId/redeliver", {
+        async POST(req, reply) {
+          refuseNonObjectBody(req);
+          const { eventId } = req.params as { eventId: string };
+          const { event } = await links.redeliverEvent({ linkId: idOf(req), eventId }, asCaller(req));
+          return reply.code(202).send(linkEventToJson(event!));
         },
       });
     },
@@ -87,6 +114,11 @@ export function hasClientId(req: FastifyRequest): boolean {
 }
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
+
+/** POSTs that need no body take none, or a JSON object (whose fields they ignore). */
+function refuseNonObjectBody(req: FastifyRequest): void {
+  if (req.body !== undefined && !isObject(req.body)) throw badRequest(INVALID_JSON);
+}
 
 function sendLink(reply: FastifyReply, link: Link): FastifyReply {
   return reply.type("application/json; charset=utf-8").send(linkToJson(link));

@@ -18,6 +18,8 @@ describe("loadConfig", () => {
       checkoutBaseUrl: "http://localhost:8080",
       logLevel: "info",
     });
+    expect(config.webhookReconcileAfterMs).toBe(300_000);
+    expect(config.internalToken).toBeUndefined();
     expect(config.webhookRetrySchedule).toEqual(
       [5, 30, 120, 600, 1800, 3600, 10800, 21600, 43200, 86400].map((s) => s * 1000),
     );
@@ -35,10 +37,19 @@ describe("loadConfig", () => {
     ["PUBLIC_BASE_URL", "ftp://example.com"],
     ["CHECKOUT_BASE_URL", "not a url"],
     ["WEBHOOK_RETRY_SCHEDULE", "5s,soon"],
+    ["WEBHOOK_RECONCILE_AFTER", "0s"],
+    ["WEBHOOK_RECONCILE_AFTER", "5m,10m"],
     ["LOG_LEVEL", "loud"],
   ])("refuses %s=%s with a message naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name} `));
+  });
+
+  it("reads WEBHOOK_RECONCILE_AFTER and INTERNAL_TOKEN", () => {
+    expect(loadConfig({ WEBHOOK_RECONCILE_AFTER: "90s", INTERNAL_TOKEN: "t0k" })).toMatchObject({
+      webhookReconcileAfterMs: 90_000,
+      internalToken: "t0k",
+    });
   });
 
   it("parses a millisecond schedule for tests", () => {
@@ -59,4 +70,17 @@ describe("an entry point with a bad setting", () => {
       expect(run.stderr).toContain('PAYLINK_ENV must be one of test, production; got "staging"');
     },
   );
+});
+
+describe("production without INTERNAL_TOKEN", () => {
+  it.each(["services/links/main.ts", "services/notifier/main.ts"])("%s refuses to start", (entry) => {
+    const { INTERNAL_TOKEN: _, ...rest } = process.env;
+    const run = spawnSync(process.execPath, ["--import", "tsx", entry], {
+      env: { ...rest, PAYLINK_ENV: "production" },
+      encoding: "utf8",
+      timeout: 20_000,
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain("INTERNAL_TOKEN is required when PAYLINK_ENV=production");
+  });
 });

@@ -1,51 +1,88 @@
-// The notifier's decision for one failed attempt, in-process: when to retry
-// and when to dead-letter. The delivery count can run ahead of the real
-// attempts (shutdown naks, lapsed acks), so it alone never dead-letters an
-// event whose schedule has not had its time. End to end runs are in
-// notifier.test.ts against a real NATS.
-import { create, toBinary } from "@bufbuild/protobuf";
+// The notifier's decision for one event, in-process: what it does with each
+// answer of the LinkService's StartAttempt, when it retries, when it
+// dead-letters, what it records, and that a dead letter carries ids only
+// even for an event in the old shape. End to end runs are in
+// notifier.test.ts and delivery-log.test.ts against a real NATS and
+// LinkService.
+import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Client } from "@connectrpc/connect";
 import type { JetStreamClient, JsMsg } from "nats";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
+import {
+  AttemptOutcome,
+  type DeliveryService,
+  type RecordAttemptRequest,
+  StartAttemptAction,
+  StartAttemptResponseSchema,
+} from "../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
-import type { Deliverer } from "../services/notifier/deliver.js";
+import type { Deliverer, Outcome } from "../services/notifier/deliver.js";
 import { createHandler } from "../services/notifier/handle.js";
 import { createMetrics } from "../services/notifier/metrics.js";
 import { DEFAULT_TOPOLOGY } from "../services/shared/jetstream.js";
 
 const SCHEDULE = [1000, 2000, 3000];
+const EVENT_ID = "0b7c1e2a-3d4f-4a5b-8c6d-7e8f9a0b1c2d";
 
-function handlerFor() {
-  const deadLetters: string[] = [];
+function handlerFor(start: Omit<MessageInitShape<typeof StartAttemptResponseSchema>, "$typeName">, outcome: Outcome) {
+  const deadLetters: { subject: string; data: Uint8Array }[] = [];
+  const recorded: RecordAttemptRequest[] = [];
+  const delivered: { url: string; apiKey: string }[] = [];
   const js = {
-    publish: async (subject: string) => {
-      deadLetters.push(subject);
+    publish: async (subject: string, data: Uint8Array) => {
+      deadLetters.push({ subject, data });
       return {};
     },
   } as unknown as JetStreamClient;
-  const failing = { deliver: async () => ({ kind: "failed", error: "503 Service Unavailable" }) } as unknown as Deliverer;
+  const deliverer = {
+    deliver: async (hook: { url: string; apiKey: string }) => {
+      delivered.push(hook);
+      return outcome;
+    },
+  } as unknown as Deliverer;
+  const deliveries = {
+    startAttempt: async () =>
+      create(StartAttemptResponseSchema, {
+        action: StartAttemptAction.DELIVER,
+        webhookUrl: "http://receiver.test/hook",
+        apiKey: "from-the-link-service",
+        transactionId: "txn-1",
+        leaseToken: "lease",
+        ...start,
+      }),
+    recordAttempt: async (req: RecordAttemptRequest) => {
+      recorded.push(req);
+      return {};
+    },
+  } as unknown as Client<typeof DeliveryService>;
   const handle = createHandler({
     js,
-    deliverer: failing,
+    deliverer,
+    deliveries,
     topology: DEFAULT_TOPOLOGY,
     retrySchedule: SCHEDULE,
     metrics: createMetrics(),
     logger: pino({ level: "silent" }),
     random: () => 0.5,
   });
-  return { handle, deadLetters };
+  return { handle, deadLetters, recorded, delivered };
 }
 
-function message(deliveryCount: number, occurredAt: Date) {
+function message(old = false) {
   const event = create(EventSchema, {
-    id: "evt-1",
-    occurredAt: timestampFromDate(occurredAt),
+    id: EVENT_ID,
+    occurredAt: timestampFromDate(new Date()),
     linkId: "lnk-1",
     clientId: "c",
     payload: {
       case: "paymentCompleted",
-      value: { paymentId: "pay-1", transactionId: "txn-1", webhookUrl: "http://127.0.0.1:9/hook" },
+      value: {
+        paymentId: "pay-1",
+        transactionId: "txn-1",
+        ...(old ? { webhookUrl: "http://old.test/hook", apiKey: "old-secret-in-stream" } : {}),
+      },
     },
   });
   const seen: { acked: boolean; nakDelay?: number } = { acked: false };
@@ -53,46 +90,89 @@ function message(deliveryCount: number, occurredAt: Date) {
     data: toBinary(EventSchema, event),
     subject: "paylink.events.payment.completed",
     seq: 1,
-    info: { deliveryCount },
+    info: { deliveryCount: 1 },
     ack: () => (seen.acked = true),
     nak: (delay?: number) => (seen.nakDelay = delay),
+    working: () => {},
   } as unknown as JsMsg;
   return { msg, seen };
 }
+
+const failed: Outcome = { kind: "failed", status: 503, error: "HTTP 503" };
 
 describe("a failed attempt", () => {
   it.each([
     [1, 1000],
     [2, 2000],
     [3, 3000],
-  ])("after delivery %i is retried after the schedule's delay (%i ms, no jitter at the midpoint)", async (count, delay) => {
-    const { handle, deadLetters } = handlerFor();
-    const { msg, seen } = message(count, new Date());
+  ])("attempt %i is retried after the schedule's delay (%i ms, no jitter at the midpoint) and recorded", async (attempt, delay) => {
+    const { handle, deadLetters, recorded } = handlerFor({ attempt }, failed);
+    const { msg, seen } = message();
     await handle(msg);
     expect(seen).toEqual({ acked: false, nakDelay: delay });
     expect(deadLetters).toEqual([]);
+    expect(recorded).toHaveLength(1);
+    expect(recorded[0]).toMatchObject({
+      eventId: EVENT_ID,
+      leaseToken: "lease",
+      outcome: AttemptOutcome.RETRY,
+      retryInMs: delay,
+      statusCode: 503,
+      error: "HTTP 503",
+    });
   });
 
-  it("is dead-lettered once the attempts are spent and the schedule's time has passed", async () => {
-    const { handle, deadLetters } = handlerFor();
-    const { msg, seen } = message(4, new Date(Date.now() - 6000));
+  it("is dead-lettered after the schedule's last attempt, and recorded as failed", async () => {
+    const { handle, deadLetters, recorded } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed);
+    const { msg, seen } = message();
     await handle(msg);
     expect(seen.acked).toBe(true);
-    expect(deadLetters).toEqual([`${DEFAULT_TOPOLOGY.deadLetterSubjectPrefix}.payment.completed`]);
+    expect(deadLetters.map((d) => d.subject)).toEqual([`${DEFAULT_TOPOLOGY.deadLetterSubjectPrefix}.payment.completed`]);
+    expect(recorded[0]!.outcome).toBe(AttemptOutcome.FAILED);
+  });
+});
+
+describe("an event in the old shape", () => {
+  it("is delivered where the LinkService says, and dead-lettered with ids only", async () => {
+    const { handle, deadLetters, delivered } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed);
+    const { msg } = message(true);
+    await handle(msg);
+    expect(delivered).toEqual([expect.objectContaining({ url: "http://receiver.test/hook", apiKey: "from-the-link-service" })]);
+    const dead = fromBinary(EventSchema, deadLetters[0]!.data);
+    expect(dead.id).toBe(EVENT_ID);
+    expect(dead.payload.value).toMatchObject({ paymentId: "pay-1", webhookUrl: "", apiKey: "" });
+    expect(Buffer.from(deadLetters[0]!.data).toString("latin1")).not.toContain("old-secret-in-stream");
+  });
+});
+
+describe("the LinkService's answer", () => {
+  it("SKIP: the copy is acked and nothing is sent", async () => {
+    const { handle, delivered, recorded } = handlerFor({ action: StartAttemptAction.SKIP, reason: "already delivered" }, failed);
+    const { msg, seen } = message();
+    await handle(msg);
+    expect(seen).toEqual({ acked: true });
+    expect(delivered).toEqual([]);
+    expect(recorded).toEqual([]);
   });
 
-  it("is retried, not dead-lettered, when redeliveries ran the count ahead of the schedule's time", async () => {
-    const { handle, deadLetters } = handlerFor();
-    const { msg, seen } = message(5, new Date());
+  it("WAIT: the copy comes back after the time the LinkService names", async () => {
+    const { handle, delivered } = handlerFor({ action: StartAttemptAction.WAIT, retryInMs: 1234 }, failed);
+    const { msg, seen } = message();
     await handle(msg);
-    expect(seen).toEqual({ acked: false, nakDelay: 3000 });
-    expect(deadLetters).toEqual([]);
+    expect(seen).toEqual({ acked: false, nakDelay: 1234 });
+    expect(delivered).toEqual([]);
   });
 
-  it("is dead-lettered all the same at twice the attempts, whatever the event's clock says", async () => {
-    const { handle, deadLetters } = handlerFor();
-    const { msg } = message(2 * SCHEDULE.length + 2, new Date(Date.now() + 3_600_000));
-    await handle(msg);
-    expect(deadLetters).toHaveLength(1);
+  it("a 2xx is recorded as delivered and acked; a 410 as gone", async () => {
+    for (const [outcome, recordedAs] of [
+      [{ kind: "delivered", status: 204 }, AttemptOutcome.DELIVERED],
+      [{ kind: "gone", status: 410 }, AttemptOutcome.GONE],
+    ] as const) {
+      const { handle, recorded } = handlerFor({ attempt: 1 }, outcome);
+      const { msg, seen } = message();
+      await handle(msg);
+      expect(seen.acked).toBe(true);
+      expect(recorded[0]).toMatchObject({ outcome: recordedAs, statusCode: outcome.status });
+    }
   });
 });

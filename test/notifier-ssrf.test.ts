@@ -125,6 +125,7 @@ describe("a production notifier", () => {
     const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
     const notifier = await startNotifier({
       natsUrl: env.nats.url,
+      linksUrl: webhooks.stack.linksUrl,
       env: "production",
       retrySchedule: [50, 50],
       logger: silent,

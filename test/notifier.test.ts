@@ -6,8 +6,8 @@ import { LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { startNotifier } from "../services/notifier/notifier.js";
 import type { Topology } from "../services/shared/jetstream.js";
-import { uniqueTopology, waitFor } from "./support/nats.js";
-import { silent, startReceiver, startWebhookStack, usePrivateNatsAndDatabase } from "./support/webhooks.js";
+import { waitFor } from "./support/nats.js";
+import { silent, startDeliveryStack, startReceiver, usePrivateNatsAndDatabase } from "./support/webhooks.js";
 
 const SCHEDULE = [50, 50, 50, 50];
 
@@ -19,24 +19,8 @@ afterEach(async () => {
 });
 
 async function setup(answer?: Parameters<typeof startReceiver>[0]) {
-  const topology = uniqueTopology();
-  const receiver = await startReceiver(answer);
-  cleanups.push(receiver.close);
-  const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
-  cleanups.push(webhooks.close);
-  const notifier = await startNotifier({
-    natsUrl: env.nats.url,
-    env: "test",
-    retrySchedule: SCHEDULE,
-    logger: silent,
-    port: 0,
-    host: "127.0.0.1",
-    topology,
-    reconnectWaitMs: 100,
-  });
-  cleanups.push(notifier.close);
-  await notifier.whenReady();
-  return { topology, receiver, webhooks, notifier };
+  const delivery = await startDeliveryStack(env, cleanups, { answer, retrySchedule: SCHEDULE });
+  return { ...delivery, notifier: await delivery.notifier() };
 }
 
 async function deadLetter(topology: Topology) {
@@ -185,6 +169,7 @@ describe("health", () => {
   it("is not ready while NATS is unreachable, and is alive all the same", async () => {
     const notifier = await startNotifier({
       natsUrl: "nats://127.0.0.1:1",
+      linksUrl: "http://127.0.0.1:1",
       env: "test",
       retrySchedule: SCHEDULE,
       logger: silent,

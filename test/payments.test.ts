@@ -17,7 +17,7 @@ import {
 import { createCaptureRetrier } from "../services/links/captures.js";
 import { createPayments } from "../services/links/payments.js";
 import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
-import { links, outbox, payments } from "../services/links/schema.js";
+import { deliveries, links, outbox, payments } from "../services/links/schema.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { testClock } from "./support/clock.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -92,11 +92,15 @@ describe("single use", () => {
       .map((r) => fromBinary(EventSchema, r.payload))
       .filter((e) => e.linkId === id && e.payload.case === "paymentCompleted");
     expect(completed).toHaveLength(1);
+    // Ids only: the notifier asks the LinkService for the webhook address and api_key.
     expect(completed[0]!.payload.value).toMatchObject({
       paymentId: res.body.payment_id,
       transactionId: res.body.transaction_id,
-      webhookUrl: "https://hooks.example/paid",
+      webhookUrl: "",
+      apiKey: "",
     });
+    const [delivery] = await stack.db.select().from(deliveries).where(eq(deliveries.eventId, completed[0]!.id));
+    expect(delivery).toMatchObject({ linkId: id, paymentId: res.body.payment_id, status: "pending", generation: 0 });
   });
 
   it("has the database refuse a second payment row for a link", async () => {

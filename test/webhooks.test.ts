@@ -25,9 +25,10 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function notifier(topology: Topology): Promise<Notifier> {
+async function notifier(topology: Topology, linksUrl: string): Promise<Notifier> {
   const n = await startNotifier({
     natsUrl: nats.url,
+    linksUrl,
     env: "test",
     retrySchedule: [50, 50, 50, 50],
     logger: silent,
@@ -69,7 +70,7 @@ function linksReceived(receiver: Receiver): Set<string> {
 it("delivers all 100 webhooks of payments made while the notifier was stopped", async () => {
   const { topology, receiver, webhooks } = await setup();
   // Run once so the durable consumer exists, then stop it.
-  const first = await notifier(topology);
+  const first = await notifier(topology, webhooks.stack.linksUrl);
   await first.whenReady();
   await first.close();
 
@@ -78,14 +79,14 @@ it("delivers all 100 webhooks of payments made while the notifier was stopped", 
   await waitFor(async () => (await webhooks.stack.db.select().from(outbox).where(isNull(outbox.publishedAt))).length === 0);
   expect(receiver.requests).toHaveLength(0);
 
-  await notifier(topology);
+  await notifier(topology, webhooks.stack.linksUrl);
   await waitFor(() => linksReceived(receiver).size === 100, 20_000, () => `${linksReceived(receiver).size} of 100`);
   expect([...linksReceived(receiver)].sort()).toStrictEqual([...ids].sort());
 });
 
 it("keeps taking payments while NATS is down and delivers their webhooks once it is back", async () => {
   const { topology, receiver, webhooks } = await setup();
-  await (await notifier(topology)).whenReady();
+  await (await notifier(topology, webhooks.stack.linksUrl)).whenReady();
 
   await nats.stop();
   try {
@@ -102,8 +103,8 @@ it("keeps taking payments while NATS is down and delivers their webhooks once it
 
 it("two notifiers sharing the consumer deliver each event exactly once", async () => {
   const { topology, receiver, webhooks } = await setup();
-  const a = await notifier(topology);
-  const b = await notifier(topology);
+  const a = await notifier(topology, webhooks.stack.linksUrl);
+  const b = await notifier(topology, webhooks.stack.linksUrl);
   await Promise.all([a.whenReady(), b.whenReady()]);
 
   await payMany(webhooks, receiver, 100);

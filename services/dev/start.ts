@@ -4,6 +4,7 @@
 // as `npm run start:*` would start them in containers. Ctrl-C stops them in
 // the reverse order.
 import type { ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../shared/config.js";
 import { ensureNats } from "./nats-server.js";
@@ -52,9 +53,12 @@ try {
   });
 
   const services = supervisor.layer();
+  // The LinkService and the notifier share a token for the internal
+  // DeliveryService; one made for this run when none is given.
+  const internalToken = config.internalToken ?? randomBytes(24).toString("base64url");
   for (const [name, file] of SERVICES) {
     const child = services.spawn(process.execPath, [...LOADER, entry(file)], {
-      env: { ...process.env, DATABASE_URL: databaseUrl },
+      env: { ...process.env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken },
     });
     stopEverythingWhenItDies(name, child);
   }

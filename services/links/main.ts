@@ -1,14 +1,17 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
 import { systemClock } from "../shared/clock.js";
+import { requireInternalToken } from "../shared/config.js";
 import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
 import { createSandboxProcessor } from "./processor.js";
+import { createReconciler } from "./reconciler.js";
 import { createRelay } from "./relay.js";
 import { startLinksServer } from "./server.js";
 import { createSweeper } from "./sweeper.js";
 
 await runMain("links", async (config, logger) => {
+  requireInternalToken(config);
   if (!config.databaseUrl) {
     throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
   }
@@ -22,6 +25,14 @@ await runMain("links", async (config, logger) => {
   // Publishes outbox events right after each commit; polls only as a fallback.
   const relay = createRelay({ db, natsUrl: config.natsUrl, clock, logger: logger.child({ component: "relay" }) });
   const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick });
+  // Publishes again what the broker may have lost: Postgres says what is owed.
+  const reconciler = createReconciler({
+    db,
+    clock,
+    logger: logger.child({ component: "reconciler" }),
+    afterMs: config.webhookReconcileAfterMs,
+    onEventsCommitted: relay.kick,
+  });
   const captures = processor && createCaptureRetrier({ db, processor, clock, logger });
   const server = await startLinksServer({
     db,
@@ -31,19 +42,24 @@ await runMain("links", async (config, logger) => {
     processor,
     logger,
     onEventsCommitted: relay.kick,
+    internalToken: config.internalToken,
+    env: config.env,
   });
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();
+  reconciler.start();
   captures?.start();
   logger.info(
     { port: server.port, env: config.env, processor: processor?.name ?? "none" },
     "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
   );
+  if (!config.internalToken) logger.warn("INTERNAL_TOKEN is not set: the internal DeliveryService takes any caller (test only)");
 
   return {
     async close() {
       await server.close();
       await sweeper.close();
+      await reconciler.close();
       await captures?.close();
       await relay.close();
       await closeDb();

@@ -3,7 +3,7 @@
 import { randomUUID } from "node:crypto";
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { and, asc, inArray, isNull, isNotNull, lte, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, isNull, isNotNull, lte, ne, or, sql } from "drizzle-orm";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Executor } from "./db.js";
 import { outbox } from "./schema.js";
@@ -36,11 +36,17 @@ export function subjectOf(event: Event): string {
   return SUBJECTS[event.payload.case as Payload];
 }
 
-export async function enqueue(db: Executor, events: Event[], at: Date): Promise<void> {
+/**
+ * Writes events for the relay. The row id is the event id, so the stream
+ * drops a row the relay publishes twice; `copy` gives a fresh row id instead,
+ * for an event published again on purpose (a redelivery, reconciliation).
+ */
+export async function enqueue(db: Executor, events: Event[], at: Date, opts: { copy?: boolean } = {}): Promise<void> {
   if (events.length === 0) return;
   await db.insert(outbox).values(
     events.map((event) => ({
-      id: event.id,
+      id: opts.copy ? randomUUID() : event.id,
+      idsOnly: true,
       subject: subjectOf(event),
       payload: toBinary(EventSchema, event),
       createdAt: at,
@@ -50,13 +56,15 @@ export async function enqueue(db: Executor, events: Event[], at: Date): Promise<
 
 /**
  * Locks up to `limit` unpublished rows, oldest first, skipping rows another
- * relay holds, so several link service copies publish side by side.
+ * relay holds, so several link service copies publish side by side. A
+ * payment event of an earlier release waits until it is adopted (stripped
+ * of its webhook address and api_key): nothing secret reaches NATS.
  */
 export async function claimUnpublished(db: Executor, limit: number) {
   return db
     .select()
     .from(outbox)
-    .where(isNull(outbox.publishedAt))
+    .where(and(isNull(outbox.publishedAt), or(eq(outbox.idsOnly, true), ne(outbox.subject, SUBJECTS.paymentCompleted))))
     .orderBy(asc(outbox.createdAt))
     .limit(limit)
     .for("update", { skipLocked: true });
@@ -75,4 +83,24 @@ export async function deletePublishedBefore(db: Executor, before: Date, limit: n
       LIMIT ${limit} FOR UPDATE SKIP LOCKED
     ) RETURNING ${outbox.id}`);
   return rows.length;
+}
+
+/**
+ * payment.completed rows written before the delivery log existed: they have
+ * no delivery row, and their payload may still hold the webhook address and
+ * api_key. Locked, so one copy adopts each.
+ */
+export async function claimLegacyPaymentEvents(db: Executor, limit: number) {
+  return db
+    .select()
+    .from(outbox)
+    .where(and(eq(outbox.subject, SUBJECTS.paymentCompleted), eq(outbox.idsOnly, false)))
+    .orderBy(asc(outbox.createdAt))
+    .limit(limit)
+    .for("update", { skipLocked: true });
+}
+
+/** Rewrites an adopted row's event with ids only. */
+export async function replacePayload(db: Executor, id: string, event: Event): Promise<void> {
+  await db.update(outbox).set({ payload: toBinary(EventSchema, event), idsOnly: true }).where(eq(outbox.id, id));
 }

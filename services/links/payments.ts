@@ -24,6 +24,7 @@ import {
 import { captureAndRecord } from "./captures.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
+import { newDelivery } from "./deliveries.js";
 import { enqueue, newEvent } from "./outbox.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
 import { dataFromRow, statusAt } from "./records.js";
@@ -96,19 +97,14 @@ export function createPayments(deps: PaymentsDeps): Payments {
             cardLast4: card ? card.number.slice(-4) : null,
             createdAt: now,
           });
+          // Ids only: the notifier asks the LinkService where and how to deliver.
+          const completed = { paymentId, transactionId: auth.transactionId };
           const event = newEvent(now, {
             linkId: row.id,
             clientId: row.clientId,
-            payload: {
-              case: "paymentCompleted",
-              value: {
-                paymentId,
-                transactionId: auth.transactionId,
-                webhookUrl: row.metadata.webhook ?? "",
-                apiKey: row.metadata.api_key ?? "",
-              },
-            },
+            payload: { case: "paymentCompleted", value: completed },
           });
+          await store.insertDelivery(tx, newDelivery({ ...completed, id: event.id }, row, now));
           await enqueue(tx, [event], now);
           return true;
         });

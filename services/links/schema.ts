@@ -1,9 +1,11 @@
 import { sql } from "drizzle-orm";
 import {
   bigint,
+  boolean,
   char,
   customType,
   index,
+  integer,
   jsonb,
   pgEnum,
   pgTable,
@@ -77,10 +79,18 @@ export const outbox = pgTable(
     payload: bytea("payload").notNull(),
     createdAt: at("created_at").notNull(),
     publishedAt: at("published_at"),
+    /**
+     * Written by a release whose events carry ids only. Rows of earlier
+     * releases default to false: their payment events may hold the webhook
+     * address and api_key, and are adopted (and stripped) at start.
+     */
+    idsOnly: boolean("ids_only").notNull().default(false),
   },
   (t) => [
     index("outbox_unpublished_idx").on(t.createdAt).where(sql`published_at IS NULL`),
     index("outbox_published_at_idx").on(t.publishedAt).where(sql`published_at IS NOT NULL`),
+    // Rows of earlier releases still to adopt: empty once a deployment has moved on.
+    index("outbox_legacy_idx").on(t.createdAt).where(sql`ids_only = false`),
   ],
 );
 
@@ -95,4 +105,62 @@ export const idempotencyKeys = pgTable(
     createdAt: at("created_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.clientId, t.key] }), index("idempotency_keys_created_at_idx").on(t.createdAt)],
+);
+
+export const deliveryStatus = pgEnum("delivery_status", ["pending", "delivered", "failed", "gone", "no_webhook"]);
+export type DeliveryStatusValue = (typeof deliveryStatus.enumValues)[number];
+
+/**
+ * One row per payment.completed event: the delivery log's source of truth.
+ * The broker may lose a message; this row says what is still owed.
+ */
+export const deliveries = pgTable(
+  "deliveries",
+  {
+    /** The event id, which is the Webhook-Id. */
+    eventId: uuid("event_id").primaryKey(),
+    linkId: text("link_id")
+      .notNull()
+      .references(() => links.id),
+    clientId: text("client_id").notNull(),
+    paymentId: text("payment_id").notNull(),
+    transactionId: text("transaction_id").notNull(),
+    status: deliveryStatus("status").notNull(),
+    /** Bumped by each redelivery; copies of an older schedule are dropped. */
+    generation: integer("generation").notNull().default(0),
+    /** Attempts claimed in this generation: the place in the retry schedule. */
+    started: integer("started").notNull().default(0),
+    /** While pending: when the next attempt is due. */
+    nextAttemptAt: at("next_attempt_at"),
+    /** An attempt under way holds the lease; no other copy is delivered meanwhile. */
+    leaseToken: uuid("lease_token"),
+    leaseUntil: at("lease_until"),
+    /** While pending: when to publish the event again if nothing has happened. */
+    reconcileAt: at("reconcile_at"),
+    /** How many times reconciliation re-published it in this generation (spaces the next). */
+    republished: integer("republished").notNull().default(0),
+    createdAt: at("created_at").notNull(),
+  },
+  (t) => [
+    index("deliveries_link_id_idx").on(t.linkId, t.createdAt),
+    // Reconciliation reads only unsettled events that are due.
+    index("deliveries_reconcile_idx").on(t.reconcileAt).where(sql`status = 'pending'`),
+  ],
+);
+
+export const deliveryAttempts = pgTable(
+  "delivery_attempts",
+  {
+    eventId: uuid("event_id")
+      .notNull()
+      .references(() => deliveries.eventId),
+    /** 1, 2, ... over the event's life, redeliveries included. */
+    number: integer("number").notNull(),
+    generation: integer("generation").notNull(),
+    at: at("at").notNull(),
+    statusCode: integer("status_code"),
+    error: text("error"),
+    durationMs: integer("duration_ms").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.eventId, t.number] })],
 );

@@ -4,14 +4,18 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
+import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
+import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
 import { createBatchedStore } from "./batched-store.js";
+import { createDeliveryService } from "./deliveries.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
 import { createGrpcFastPath } from "./grpc-fast-path.js";
+import { internalAuth } from "./internal-auth.js";
 import { errorBoundary, toRpcError } from "./interceptors.js";
 import { createPayments } from "./payments.js";
 import type { PaymentProcessor } from "./processor.js";
@@ -31,6 +35,9 @@ export interface LinksServerOptions {
   logger: Logger;
   /** Told after a transaction commits outbox events. */
   onEventsCommitted?: () => void;
+  /** Guards the internal DeliveryService (INTERNAL_TOKEN); see internal-auth.ts for the rule without one. */
+  internalToken?: string;
+  env?: PaylinkEnv;
 }
 
 export async function startLinksServer(opts: LinksServerOptions) {
@@ -55,10 +62,11 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const handler = createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
     fallback: connectNodeAdapter({
-      interceptors: [errorBoundary(logger)],
+      interceptors: [errorBoundary(logger), internalAuth({ token: opts.internalToken, env: opts.env ?? "test" })],
       readMaxBytes: READ_MAX_BYTES,
       routes: (router) => {
         router.service(LinkService, service);
+        router.service(DeliveryService, createDeliveryService({ db, clock }));
         router.service(Health, createHealthService(() => ping(db)));
       },
     }),

@@ -15,6 +15,7 @@ import { newLinkId } from "../shared/ids.js";
 import type { Db } from "./db.js";
 import { invalid, linkExpired, linkNotFound, linkStateError, unauthorized } from "../shared/rpc-errors.js";
 import type { Idempotency } from "./idempotency.js";
+import { createLinkEvents } from "./events.js";
 import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
 import { enqueue, linkExpiredEvent } from "./outbox.js";
@@ -145,6 +146,8 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     },
 
     completePayment: (req) => deps.payments.complete(req),
+
+    ...createLinkEvents(deps),
   };
 }
 

@@ -1,10 +1,10 @@
-// The queries on links, payments and idempotency keys (the outbox keeps its own,
-// beside its events). Each takes the database or a transaction, so callers
+// The queries on links, payments, idempotency keys and webhook deliveries (the
+// outbox keeps its own, beside its events). Each takes the database or a transaction, so callers
 // decide what runs atomically.
-import { and, asc, desc, eq, gt, isNull, lt, lte, or, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gt, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import type { Db, Executor } from "./db.js";
-import { idempotencyKeys, links, type LinkStatusValue, payments } from "./schema.js";
+import { deliveries, deliveryAttempts, idempotencyKeys, links, type LinkStatusValue, payments } from "./schema.js";
 import type { LinkRow } from "./records.js";
 
 /**
@@ -237,4 +237,74 @@ export async function deleteKeysBefore(db: Executor, before: Date): Promise<numb
     .where(lte(idempotencyKeys.createdAt, before))
     .returning({ key: idempotencyKeys.key });
   return deleted.length;
+}
+
+export async function findPaymentOfLink(db: Executor, linkId: string) {
+  const [row] = await db.select().from(payments).where(eq(payments.linkId, linkId)).limit(1);
+  return row;
+}
+
+// Webhook deliveries: one row per payment.completed event, and its attempts.
+
+export type DeliveryRow = typeof deliveries.$inferSelect;
+export type AttemptRow = typeof deliveryAttempts.$inferSelect;
+
+export async function insertDelivery(db: Executor, row: typeof deliveries.$inferInsert): Promise<void> {
+  await db.insert(deliveries).values(row).onConflictDoNothing();
+}
+
+/** Holds the event's row for this transaction, so its attempts are numbered and judged one at a time. */
+export async function lockDelivery(db: Executor, eventId: string): Promise<DeliveryRow | undefined> {
+  const [row] = await db.select().from(deliveries).where(eq(deliveries.eventId, eventId)).for("update");
+  return row;
+}
+
+export async function updateDelivery(
+  db: Executor,
+  eventId: string,
+  set: Partial<typeof deliveries.$inferInsert>,
+): Promise<DeliveryRow> {
+  const [row] = await db.update(deliveries).set(set).where(eq(deliveries.eventId, eventId)).returning();
+  return row!;
+}
+
+/** A link's events, oldest first. */
+export async function deliveriesOfLink(db: Executor, linkId: string): Promise<DeliveryRow[]> {
+  return db
+    .select()
+    .from(deliveries)
+    .where(eq(deliveries.linkId, linkId))
+    .orderBy(asc(deliveries.createdAt), asc(deliveries.eventId));
+}
+
+export async function attemptsOf(db: Executor, eventIds: string[]): Promise<AttemptRow[]> {
+  if (eventIds.length === 0) return [];
+  return db
+    .select()
+    .from(deliveryAttempts)
+    .where(inArray(deliveryAttempts.eventId, eventIds))
+    .orderBy(asc(deliveryAttempts.eventId), asc(deliveryAttempts.number));
+}
+
+/** Numbers the attempt after the event's last; the caller holds the event's row. */
+export async function insertAttempt(db: Executor, row: Omit<typeof deliveryAttempts.$inferInsert, "number">): Promise<void> {
+  const [last] = await db
+    .select({ n: sql<number>`coalesce(max(${deliveryAttempts.number}), 0)::int` })
+    .from(deliveryAttempts)
+    .where(eq(deliveryAttempts.eventId, row.eventId));
+  await db.insert(deliveryAttempts).values({ ...row, number: (last?.n ?? 0) + 1 });
+}
+
+/**
+ * Unsettled events nothing has happened to since `before`, oldest first,
+ * skipping rows another copy holds: what reconciliation publishes again.
+ */
+export async function claimUnsettled(db: Executor, before: Date, limit: number): Promise<DeliveryRow[]> {
+  return db
+    .select()
+    .from(deliveries)
+    .where(and(eq(deliveries.status, "pending"), lte(deliveries.reconcileAt, before)))
+    .orderBy(asc(deliveries.reconcileAt))
+    .limit(limit)
+    .for("update", { skipLocked: true });
 }

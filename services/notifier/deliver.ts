@@ -24,8 +24,8 @@ export type Outcome =
   | { kind: "delivered"; status: number }
   /** 410: the receiver asked us to stop. */
   | { kind: "gone"; status: number }
-  /** Worth retrying: any other status, a timeout, a network error. */
-  | { kind: "failed"; error: string }
+  /** Worth retrying: any other status (in `status`), a timeout, a network error. */
+  | { kind: "failed"; error: string; status?: number }
   /** Never worth retrying: the URL or its address is not allowed. */
   | { kind: "refused"; error: string };
 
@@ -141,8 +141,10 @@ function classify(status: number, snippet: string): Outcome {
   if (status >= 200 && status < 300) return { kind: "delivered", status };
   if (status === 410) return { kind: "gone", status };
   const detail = snippet.trim() ? `: ${snippet.trim()}` : "";
-  if (status >= 300 && status < 400) return { kind: "failed", error: `HTTP ${status} (redirects are not followed)${detail}` };
-  return { kind: "failed", error: `HTTP ${status}${detail}` };
+  if (status >= 300 && status < 400) {
+    return { kind: "failed", status, error: `HTTP ${status} (redirects are not followed)${detail}` };
+  }
+  return { kind: "failed", status, error: `HTTP ${status}${detail}` };
 }
 
 export type Deliverer = ReturnType<typeof createDeliverer>;

@@ -1,58 +1,81 @@
-// What the notifier does with one event from JetStream. The retry state lives
-// in JetStream, not here: the wait before the next attempt is a nak with a
-// delay, so a notifier that dies mid-schedule loses nothing and another copy
-// carries on. The delivery count stands for the attempt number, but shutdown
-// naks and lapsed acks raise it too, so an event is dead-lettered only once
-// the schedule's time has also passed since the payment.
-import { fromBinary } from "@bufbuild/protobuf";
+// What the notifier does with one event from JetStream. Events carry ids
+// only; the LinkService (the internal DeliveryService) says whether this copy
+// is to be delivered, where and with which api_key, and records what each
+// attempt did, so PostgreSQL holds the whole delivery log and the notifier
+// holds nothing. The wait before the next attempt is a nak with a delay, so
+// a notifier that dies mid-schedule loses nothing; a copy the broker loses is
+// published again by the LinkService's reconciliation.
+import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Client } from "@connectrpc/connect";
 import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
+import {
+  AttemptOutcome,
+  type DeliveryService,
+  type RecordAttemptRequest,
+  RecordAttemptRequestSchema,
+  StartAttemptAction,
+} from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Logger } from "../shared/logger.js";
-import type { Deliverer } from "./deliver.js";
+import type { Deliverer, Outcome } from "./deliver.js";
 import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
 
 export interface HandlerDeps {
   js: JetStreamClient;
   deliverer: Deliverer;
+  /** The LinkService's internal DeliveryService. */
+  deliveries: Client<typeof DeliveryService>;
   topology: Topology;
   /** Delays in ms before attempts 2, 3, ...; attempts = length + 1. */
   retrySchedule: number[];
   metrics: Metrics;
   logger: Logger;
   random?: () => number;
+  /** How long to keep trying to record an attempt before handing the event back. */
+  recordForMs?: number;
 }
 
 /** ±10 %: receivers that failed together should not be retried together. */
 const JITTER = 0.1;
 const HEADER_MAX = 1024;
+const ERROR_MAX = 1000;
 
 export function createHandler(deps: HandlerDeps) {
-  const { js, deliverer, topology, retrySchedule, metrics, logger } = deps;
+  const { js, deliverer, deliveries, topology, retrySchedule, metrics, logger } = deps;
   const random = deps.random ?? Math.random;
+  const recordForMs = deps.recordForMs ?? 20_000;
 
-  async function deadLetter(msg: JsMsg, eventId: string, attempts: number, lastError: string): Promise<void> {
+  async function deadLetter(msg: JsMsg, eventId: string, msgId: string, body: Uint8Array, attempts: number, lastError: string) {
     const h = natsHeaders();
     h.set("Paylink-Event-Id", eventId);
     h.set("Paylink-Original-Subject", msg.subject);
     h.set("Paylink-Attempts", String(attempts));
     h.set("Paylink-Last-Error", headerSafe(lastError));
-    // The original bytes, so an operator can re-publish the event as it was.
-    await js.publish(`${topology.deadLetterSubjectPrefix}.payment.completed`, msg.data, {
-      msgID: eventId,
-      headers: h,
-    });
-    msg.ack();
+    await js.publish(`${topology.deadLetterSubjectPrefix}.payment.completed`, body, { msgID: msgId, headers: h });
     metrics.inc("dead_lettered");
     logger.error({ eventId, attempts, lastError }, "webhook dead-lettered");
   }
 
-  const scheduleMs = retrySchedule.reduce((a, b) => a + b, 0) * (1 - JITTER);
-  function exhausted(attempt: number, event: Event): boolean {
-    if (attempt <= retrySchedule.length) return false;
-    const occurredMs = event.occurredAt ? Number(event.occurredAt.seconds) * 1000 + event.occurredAt.nanos / 1e6 : 0;
-    // The second bound ends even an event whose timestamp is from a skewed clock.
-    return Date.now() - occurredMs >= scheduleMs || attempt > 2 * retrySchedule.length + 1;
+  /**
+   * The LinkService must hear of every attempt: a 2xx it never heard of would
+   * be delivered again. So recording is retried for a while, keeping the
+   * message ours meanwhile, before the event is handed back.
+   */
+  async function record(msg: JsMsg, req: RecordAttemptRequest): Promise<void> {
+    const deadline = Date.now() + recordForMs;
+    for (let wait = 100; ; wait = Math.min(wait * 2, 2000)) {
+      try {
+        await deliveries.recordAttempt(req, { timeoutMs: 5000 });
+        return;
+      } catch (err) {
+        if (Date.now() + wait > deadline) throw err;
+        logger.warn({ err, eventId: req.eventId }, "cannot record the attempt yet; retrying");
+        msg.working();
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
   }
 
   return async function handle(msg: JsMsg): Promise<void> {
@@ -60,57 +83,100 @@ export function createHandler(deps: HandlerDeps) {
     try {
       event = fromBinary(EventSchema, msg.data);
     } catch (err) {
-      await deadLetter(msg, `seq-${msg.seq}`, msg.info.deliveryCount, `undecodable event: ${String(err)}`);
+      await deadLetter(msg, `seq-${msg.seq}`, `seq-${msg.seq}`, msg.data, msg.info.deliveryCount, `undecodable event: ${String(err)}`);
+      msg.ack();
       return;
     }
-    if (event.payload.case !== "paymentCompleted" || !event.payload.value.webhookUrl) {
+    if (event.payload.case !== "paymentCompleted") {
       metrics.inc("skipped");
       msg.ack();
       return;
     }
-    const completed = event.payload.value;
-    const attempt = msg.info.deliveryCount;
-    const log = logger.child({ eventId: event.id, linkId: event.linkId, attempt });
+    // Events published before the delivery log also carried the webhook
+    // address and api_key; they are ignored, and never passed on.
+    const { paymentId, transactionId, generation } = event.payload.value;
+    const ids = clone(EventSchema, event);
+    Object.assign(ids.payload.value!, { webhookUrl: "", apiKey: "" });
+    const start = await deliveries.startAttempt(
+      { eventId: event.id, linkId: event.linkId, paymentId, generation },
+      { timeoutMs: 5000 },
+    );
+    const log = logger.child({ eventId: event.id, linkId: event.linkId, generation });
+    if (start.action === StartAttemptAction.WAIT) {
+      msg.nak(start.retryInMs);
+      return;
+    }
+    if (start.action !== StartAttemptAction.DELIVER) {
+      metrics.inc("skipped");
+      log.debug({ reason: start.reason }, "copy dropped");
+      msg.ack();
+      return;
+    }
 
+    const attempt = start.attempt;
+    const at = new Date();
     const outcome = await deliverer.deliver({
-      url: completed.webhookUrl,
+      url: start.webhookUrl,
       id: event.id,
-      apiKey: completed.apiKey,
+      apiKey: start.apiKey,
       linkId: event.linkId,
-      paymentId: completed.paymentId,
-      transactionId: completed.transactionId,
+      paymentId,
+      transactionId: start.transactionId || transactionId,
+    });
+    const result = create(RecordAttemptRequestSchema, {
+      eventId: event.id,
+      leaseToken: start.leaseToken,
+      generation,
+      at: timestampFromDate(at),
+      durationMs: Math.max(0, Date.now() - at.getTime()),
+      statusCode: statusOf(outcome),
+      error: "error" in outcome ? outcome.error.slice(0, ERROR_MAX) : undefined,
     });
 
+    const lastAttempt = outcome.kind === "refused" || (outcome.kind === "failed" && attempt > retrySchedule.length);
+    if (lastAttempt) {
+      // Policy (refused) or the end of the schedule: dead-letter, ids only.
+      if (outcome.kind === "refused") metrics.inc("refused");
+      else metrics.inc("failed_attempt");
+      await deadLetter(msg, event.id, `${event.id}.${generation}`, toBinary(EventSchema, ids), attempt, outcome.error);
+      result.outcome = AttemptOutcome.FAILED;
+      await record(msg, result);
+      msg.ack();
+      return;
+    }
     switch (outcome.kind) {
       case "delivered":
         metrics.inc("delivered");
+        result.outcome = AttemptOutcome.DELIVERED;
+        await record(msg, result);
         msg.ack();
-        log.debug({ status: outcome.status }, "webhook delivered");
+        log.debug({ status: outcome.status, attempt }, "webhook delivered");
         return;
       case "gone":
         metrics.inc("gone");
+        result.outcome = AttemptOutcome.GONE;
+        await record(msg, result);
         msg.ack();
         log.info({ status: 410 }, "receiver answered 410 Gone; delivery stopped");
         return;
-      case "refused":
-        // Policy, not a fault: retrying cannot change the answer.
-        metrics.inc("refused");
-        await deadLetter(msg, event.id, attempt, outcome.error);
-        return;
       case "failed": {
         metrics.inc("failed_attempt");
-        if (exhausted(attempt, event)) {
-          await deadLetter(msg, event.id, attempt, outcome.error);
-          return;
-        }
-        const delay = retrySchedule[Math.min(attempt, retrySchedule.length) - 1] ?? 0;
+        const delay = retrySchedule[attempt - 1] ?? 0;
         const jittered = Math.max(0, Math.round(delay * (1 - JITTER + 2 * JITTER * random())));
-        log.warn({ error: outcome.error, retryInMs: jittered }, "webhook attempt failed");
+        result.outcome = AttemptOutcome.RETRY;
+        result.retryInMs = jittered;
+        await record(msg, result);
+        log.warn({ error: outcome.error, attempt, retryInMs: jittered }, "webhook attempt failed");
         msg.nak(jittered);
         return;
       }
     }
   };
+}
+
+function statusOf(outcome: Outcome): number | undefined {
+  if (outcome.kind === "delivered" || outcome.kind === "gone") return outcome.status;
+  return outcome.kind === "failed" ? outcome.status : undefined;
 }
 
 function headerSafe(value: string): string {

@@ -1,11 +1,15 @@
 // The notifier process: config, start consuming in the background, drain on
-// SIGTERM. It owns no tables; JetStream holds every event's delivery state.
+// SIGTERM. It owns no tables: the LinkService records every attempt.
+import { requireInternalToken } from "../shared/config.js";
 import { runMain } from "../shared/run-main.js";
 import { startNotifier } from "./notifier.js";
 
 await runMain("notifier", async (config, logger) => {
+  requireInternalToken(config);
   const notifier = await startNotifier({
     natsUrl: config.natsUrl,
+    linksUrl: config.linksUrl,
+    internalToken: config.internalToken,
     env: config.env,
     retrySchedule: config.webhookRetrySchedule,
     logger,

@@ -2,7 +2,10 @@
 // and, in the background, a NATS connection that never gives up, the
 // topology it needs, and a pull consumer feeding a bounded pool of attempts.
 // Copies share one durable consumer, so each event goes to one of them.
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ConsumerMessages, NatsConnection } from "nats";
+import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
 import { addressPolicy } from "./address-policy.js";
@@ -22,6 +25,10 @@ import { createMetrics } from "./metrics.js";
 
 export interface NotifierOptions {
   natsUrl: string;
+  /** The LinkService (LINKS_URL), whose DeliveryService says where and how to deliver. */
+  linksUrl: string;
+  /** INTERNAL_TOKEN, sent as a bearer token to the DeliveryService. */
+  internalToken?: string;
   env: PaylinkEnv;
   /** Delays in ms between attempts (WEBHOOK_RETRY_SCHEDULE). */
   retrySchedule: number[];
@@ -36,6 +43,8 @@ export interface NotifierOptions {
   concurrency?: number;
   deliveryTimeoutMs?: number;
   reconnectWaitMs?: number;
+  /** How long one pull waits; a deleted consumer is noticed within it. */
+  pullExpiresMs?: number;
 }
 
 export async function startNotifier(opts: NotifierOptions) {
@@ -48,6 +57,18 @@ export async function startNotifier(opts: NotifierOptions) {
   const concurrency = opts.concurrency ?? 64;
   const metrics = createMetrics();
   const deliverer = createDeliverer({ policy: addressPolicy(opts.env), timeoutMs: opts.deliveryTimeoutMs });
+  const authorization = opts.internalToken ? { authorization: `Bearer ${opts.internalToken}` } : undefined;
+  const deliveries = createClient(
+    DeliveryService,
+    createGrpcTransport({
+      baseUrl: opts.linksUrl,
+      pingIntervalMs: 15_000,
+      interceptors: [(next) => (req) => {
+        if (authorization) req.header.set("authorization", authorization.authorization);
+        return next(req);
+      }],
+    }),
+  );
 
   let nc: NatsConnection | undefined;
   let messages: ConsumerMessages | undefined;
@@ -76,13 +97,37 @@ export async function startNotifier(opts: NotifierOptions) {
     const handle = createHandler({
       js,
       deliverer,
+      deliveries,
       topology,
       retrySchedule: opts.retrySchedule,
       metrics,
       logger,
     });
+    for (;;) {
+      try {
+        await consumeUntilLost(js, handle);
+      } catch (err) {
+        if (stopping) return;
+        logger.warn({ err }, "the event stream or its consumer is gone; ensuring them again");
+      }
+      if (stopping) return;
+      // A deleted (or recreated) stream loses its consumer: make it again.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await ensureTopology(conn).catch((err: unknown) => logger.error({ err }, "cannot ensure topology"));
+    }
+  }
+
+  async function consumeUntilLost(
+    js: ReturnType<NatsConnection["jetstream"]>,
+    handle: ReturnType<typeof createHandler>,
+  ): Promise<void> {
     const consumer = await js.consumers.get(topology.eventStream, topology.consumer);
-    messages = await consumer.consume({ max_messages: concurrency });
+    messages = await consumer.consume({
+      max_messages: concurrency,
+      expires: opts.pullExpiresMs ?? 30_000,
+      // Stop rather than wait forever when the stream or consumer vanishes.
+      abort_on_missing_resource: true,
+    });
     markReady();
     logger.info({ stream: topology.eventStream, consumer: topology.consumer }, "consuming events");
     for await (const msg of messages) {

@@ -16,6 +16,10 @@ export interface Config {
   checkoutBaseUrl: string;
   /** Delays in milliseconds between webhook attempts. */
   webhookRetrySchedule: number[];
+  /** How long an unsettled webhook event may go without news before it is published again. */
+  webhookReconcileAfterMs: number;
+  /** The bearer token of the internal DeliveryService (LinkService and notifier). */
+  internalToken: string | undefined;
   logLevel: string;
 }
 
@@ -43,6 +47,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       optional(env, "WEBHOOK_RETRY_SCHEDULE") ?? DEFAULT_WEBHOOK_RETRY_SCHEDULE,
       "WEBHOOK_RETRY_SCHEDULE",
     ),
+    webhookReconcileAfterMs: duration(env, "WEBHOOK_RECONCILE_AFTER", "5m"),
+    internalToken: optional(env, "INTERNAL_TOKEN"),
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
   };
 }
@@ -89,12 +95,31 @@ const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_00
 /** "5s,30s,2m" -> [5000, 30000, 120000]. */
 export function parseSchedule(raw: string, name: string): number[] {
   return raw.split(",").map((part) => {
-    const match = /^(\d+)(ms|s|m|h|d)$/.exec(part.trim());
-    if (!match) {
+    const ms = toMs(part.trim());
+    if (ms === undefined) {
       throw new ConfigError(
         `${name} must be a comma-separated list of delays such as 5s,30s,2m (units ms, s, m, h, d); got "${raw}"`,
       );
     }
-    return Number(match[1]) * UNIT_MS[match[2]!]!;
+    return ms;
   });
+}
+
+function duration(env: NodeJS.ProcessEnv, name: string, fallback: string): number {
+  const raw = optional(env, name) ?? fallback;
+  const ms = toMs(raw);
+  if (!ms) throw new ConfigError(`${name} must be a duration above 0 such as 5m (units ms, s, m, h, d); got "${raw}"`);
+  return ms;
+}
+
+function toMs(text: string): number | undefined {
+  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text);
+  return match ? Number(match[1]) * UNIT_MS[match[2]!]! : undefined;
+}
+
+/** The LinkService and the notifier talk over the internal DeliveryService; production guards it. */
+export function requireInternalToken(config: Config): void {
+  if (config.env === "production" && !config.internalToken) {
+    throw new ConfigError("INTERNAL_TOKEN is required when PAYLINK_ENV=production");
+  }
 }

@@ -16,7 +16,8 @@ export type Reason =
   | "IDEMPOTENCY_KEY_IN_USE"
   | "IDEMPOTENCY_KEY_REUSED"
   | "PROCESSOR_NOT_CONFIGURED"
-  | "PROCESSOR_UNAVAILABLE";
+  | "PROCESSOR_UNAVAILABLE"
+  | "LINK_HAS_NO_WEBHOOK";
 
 function withReason(message: string, code: Code, reason: Reason): ConnectError {
   return new ConnectError(message, code, undefined, [
@@ -28,6 +29,9 @@ export const invalid = (message: string) => new ConnectError(message, Code.Inval
 export const clientIdRequired = () => invalid("Client ID header is required");
 export const linkNotFound = () => new ConnectError("Link not found", Code.NotFound);
 export const unauthorized = () => new ConnectError("Unauthorized access", Code.PermissionDenied);
+export const paymentNotFound = () => new ConnectError("Payment not found", Code.NotFound);
+export const eventNotFound = () => new ConnectError("Event not found", Code.NotFound);
+export const linkHasNoWebhook = () => withReason("Link has no webhook", Code.FailedPrecondition, "LINK_HAS_NO_WEBHOOK");
 export const linkUsed = () => withReason("Link has already been used", Code.FailedPrecondition, "LINK_USED");
 export const linkExpired = () => withReason("Link has expired", Code.FailedPrecondition, "LINK_EXPIRED");
 export const cardDeclined = () => withReason("Card was declined", Code.FailedPrecondition, "CARD_DECLINED");

@@ -7,20 +7,25 @@ export async function runMain(
   name: string,
   start: (config: Config, logger: Logger) => Promise<{ close(): Promise<void> }>,
 ): Promise<void> {
+  const configError = (err: unknown) => {
+    if (!(err instanceof ConfigError)) return false;
+    console.error(`${name}: configuration error: ${err.message}`);
+    process.exit(1);
+  };
   let config: Config;
   try {
     config = loadConfig();
   } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    console.error(`${name}: configuration error: ${err.message}`);
-    process.exit(1);
+    if (!configError(err)) throw err;
+    return;
   }
   const logger = createLogger(name, config.logLevel);
   let running: { close(): Promise<void> };
   try {
     running = await start(config, logger);
   } catch (err) {
-    logger.fatal({ err }, "start-up failed");
+    // A setting only this process needs (INTERNAL_TOKEN, say) is checked in start.
+    if (!configError(err)) logger.fatal({ err }, "start-up failed");
     process.exit(1);
   }
   let stopping = false;

@@ -60,6 +60,7 @@ async function main() {
     closers.push(gateway.close);
     const notifier = await startNotifier({
       natsUrl: nats.url,
+      linksUrl: `http://127.0.0.1:${links.port}`,
       env: "test",
       retrySchedule: [5000],
       logger,

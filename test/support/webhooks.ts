@@ -15,9 +15,10 @@ import {
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { createRelay, type Relay, type RelayOptions } from "../../services/links/relay.js";
+import { type NotifierOptions, startNotifier } from "../../services/notifier/notifier.js";
 import type { Topology } from "../../services/shared/jetstream.js";
 import { createDatabase } from "./database.js";
-import { type NatsServer, startNatsServer } from "./nats.js";
+import { type NatsServer, startNatsServer, uniqueTopology } from "./nats.js";
 import { startStack } from "./stack.js";
 
 export const silent = pino({ level: "silent" });
@@ -151,4 +152,39 @@ export function usePrivateNatsAndDatabase() {
     await env.nats?.close();
   });
   return env;
+}
+
+/**
+ * A receiver and a LinkService with its relay on a suite's private NATS and
+ * database, under a topology of their own, and a way to start a notifier for
+ * them. Everything started is pushed onto `cleanups`.
+ */
+export async function startDeliveryStack(
+  env: { nats: NatsServer; database: { url: string } },
+  cleanups: (() => Promise<void>)[],
+  opts: { answer?: Parameters<typeof startReceiver>[0]; retrySchedule: number[] },
+) {
+  const topology = uniqueTopology();
+  const receiver = await startReceiver(opts.answer);
+  cleanups.push(receiver.close);
+  const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
+  cleanups.push(webhooks.close);
+  async function notifier(extra: Partial<NotifierOptions> = {}) {
+    const n = await startNotifier({
+      natsUrl: env.nats.url,
+      linksUrl: webhooks.stack.linksUrl,
+      env: "test",
+      retrySchedule: opts.retrySchedule,
+      logger: silent,
+      port: 0,
+      host: "127.0.0.1",
+      topology,
+      reconnectWaitMs: 100,
+      ...extra,
+    });
+    cleanups.push(n.close);
+    await n.whenReady();
+    return n;
+  }
+  return { topology, receiver, webhooks, notifier };
 }

@@ -12,13 +12,18 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file paylink/v1/events.proto.
  */
 export const file_paylink_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYXlsaW5rL3YxL2V2ZW50cy5wcm90bxIKcGF5bGluay52MSLfAQoFRXZlbnQSCgoCaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2xpbmtfaWQYAyABKAkSEQoJY2xpZW50X2lkGAQgASgJEjkKEXBheW1lbnRfY29tcGxldGVkGAogASgLMhwucGF5bGluay52MS5QYXltZW50Q29tcGxldGVkSAASLwoMbGlua19leHBpcmVkGAsgASgLMhcucGF5bGluay52MS5MaW5rRXhwaXJlZEgAQgkKB3BheWxvYWQiZAoQUGF5bWVudENvbXBsZXRlZBISCgpwYXltZW50X2lkGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEhMKC3dlYmhvb2tfdXJsGAMgASgJEg8KB2FwaV9rZXkYBCABKAkiPQoLTGlua0V4cGlyZWQSLgoKZXhwaXJlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("ChdwYXlsaW5rL3YxL2V2ZW50cy5wcm90bxIKcGF5bGluay52MSLfAQoFRXZlbnQSCgoCaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2xpbmtfaWQYAyABKAkSEQoJY2xpZW50X2lkGAQgASgJEjkKEXBheW1lbnRfY29tcGxldGVkGAogASgLMhwucGF5bGluay52MS5QYXltZW50Q29tcGxldGVkSAASLwoMbGlua19leHBpcmVkGAsgASgLMhcucGF5bGluay52MS5MaW5rRXhwaXJlZEgAQgkKB3BheWxvYWQigAEKEFBheW1lbnRDb21wbGV0ZWQSEgoKcGF5bWVudF9pZBgBIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgCIAEoCRIXCgt3ZWJob29rX3VybBgDIAEoCUICGAESEwoHYXBpX2tleRgEIAEoCUICGAESEgoKZ2VuZXJhdGlvbhgFIAEoDSI9CgtMaW5rRXhwaXJlZBIuCgpleHBpcmVkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcGIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * Published on NATS JetStream, stream PAYLINK_EVENTS, subject
  * "paylink.events.<type>" where type is "payment.completed" or
- * "link.expired". The Nats-Msg-Id header is the event id, so a re-published
- * event is dropped by the stream's duplicate window.
+ * "link.expired". The Nats-Msg-Id header is the id of the outbox row that
+ * carried it: the event id for the first publication, so a re-published row
+ * is dropped by the stream's duplicate window, and a fresh id for each copy
+ * a redelivery or the reconciliation publishes again.
+ *
+ * Events carry ids, never secrets: the notifier asks the LinkService
+ * (paylink.internal.v1.DeliveryService) where and how to deliver.
  *
  * @generated from message paylink.v1.Event
  */
@@ -85,18 +90,31 @@ export type PaymentCompleted = Message<"paylink.v1.PaymentCompleted"> & {
   transactionId: string;
 
   /**
-   * The link's metadata.webhook, empty when there is none.
+   * Set only by releases before the delivery log: the link's
+   * metadata.webhook. Never written now, and ignored when read.
    *
-   * @generated from field: string webhook_url = 3;
+   * @generated from field: string webhook_url = 3 [deprecated = true];
+   * @deprecated
    */
   webhookUrl: string;
 
   /**
-   * The link's metadata.api_key, empty when there is none.
+   * Set only by releases before the delivery log: the link's
+   * metadata.api_key. Never written now, and ignored when read.
    *
-   * @generated from field: string api_key = 4;
+   * @generated from field: string api_key = 4 [deprecated = true];
+   * @deprecated
    */
   apiKey: string;
+
+  /**
+   * Which delivery schedule this copy belongs to: 0 at first, one more for
+   * each redelivery a merchant asks for. A copy of an older schedule is
+   * dropped, so two schedules never run at once.
+   *
+   * @generated from field: uint32 generation = 5;
+   */
+  generation: number;
 };
 
 /**

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file paylink/v1/link_service.proto.
  */
 export const file_paylink_v1_link_service: GenFile = /*@__PURE__*/
-  fileDesc("Ch1wYXlsaW5rL3YxL2xpbmtfc2VydmljZS5wcm90bxIKcGF5bGluay52MSIpCgZBbW91bnQSDQoFdmFsdWUYASABKAMSEAoIY3VycmVuY3kYAiABKAkiYAoESXRlbRIMCgRuYW1lGAEgASgJEhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESEAoIcXVhbnRpdHkYAyABKAUSDgoGYW1vdW50GAQgASgDQg4KDF9kZXNjcmlwdGlvbiJiCghDdXN0b21lchIRCgRuYW1lGAEgASgJSACIAQESEgoFZW1haWwYAiABKAlIAYgBARISCgVwaG9uZRgDIAEoCUgCiAEBQgcKBV9uYW1lQggKBl9lbWFpbEIICgZfcGhvbmUiiQMKCExpbmtEYXRhEiIKBmFtb3VudBgBIAEoCzISLnBheWxpbmsudjEuQW1vdW50EhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESHwoFaXRlbXMYAyADKAsyEC5wYXlsaW5rLnYxLkl0ZW0SGAoLbWVyY2hhbnRfaWQYBCABKAlIAYgBARIaCg1tZXJjaGFudF9uYW1lGAUgASgJSAKIAQESJgoIY3VzdG9tZXIYBiABKAsyFC5wYXlsaW5rLnYxLkN1c3RvbWVyEjoKF2FsbG93ZWRfcGF5bWVudF9tZXRob2RzGAcgAygOMhkucGF5bGluay52MS5QYXltZW50TWV0aG9kEhkKDHJlZGlyZWN0X3VybBgIIAEoCUgDiAEBEhcKCmNhbmNlbF91cmwYCSABKAlIBIgBAUIOCgxfZGVzY3JpcHRpb25CDgoMX21lcmNoYW50X2lkQhAKDl9tZXJjaGFudF9uYW1lQg8KDV9yZWRpcmVjdF91cmxCDQoLX2NhbmNlbF91cmwilQMKBExpbmsSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEiIKBHR5cGUYAyABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEiYKBnN0YXR1cxgEIAEoDjIWLnBheWxpbmsudjEuTGlua1N0YXR1cxIiCgRkYXRhGAUgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRIRCgljbGllbnRfaWQYBiABKAkSLgoKZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoIbWV0YWRhdGEYCiADKAsyHi5wYXlsaW5rLnYxLkxpbmsuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipQIKEUNyZWF0ZUxpbmtSZXF1ZXN0EiIKBHR5cGUYASABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEhcKCmV4cGlyZXNfaW4YAiABKAVIAIgBARIiCgRkYXRhGAMgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRI9CghtZXRhZGF0YRgEIAMoCzIrLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QuTWV0YWRhdGFFbnRyeRIcCg9pZGVtcG90ZW5jeV9rZXkYBSABKAlIAYgBARovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDQoLX2V4cGlyZXNfaW5CEgoQX2lkZW1wb3RlbmN5X2tleSJGChJDcmVhdGVMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluaxIQCghyZXBsYXllZBgCIAEoCCIcCg5HZXRMaW5rUmVxdWVzdBIKCgJpZBgBIAEoCSIxCg9HZXRMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluayKIAQoQTGlzdExpbmtzUmVxdWVzdBISCgVsaW1pdBgBIAEoBUgAiAEBEhsKDnN0YXJ0aW5nX2FmdGVyGAIgASgJSAGIAQESJgoGc3RhdHVzGAMgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzQggKBl9saW1pdEIRCg9fc3RhcnRpbmdfYWZ0ZXIiRgoRTGlzdExpbmtzUmVzcG9uc2USHwoFbGlua3MYASADKAsyEC5wYXlsaW5rLnYxLkxpbmsSEAoIaGFzX21vcmUYAiABKAgiHwoRRXhwaXJlTGlua1JlcXVlc3QSCgoCaWQYASABKAkiNAoSRXhwaXJlTGlua1Jlc3BvbnNlEh4KBGxpbmsYASABKAsyEC5wYXlsaW5rLnYxLkxpbmsiJQoSR2V0Q2hlY2tvdXRSZXF1ZXN0Eg8KB2xpbmtfaWQYASABKAkiPQoTR2V0Q2hlY2tvdXRSZXNwb25zZRImCghjaGVja291dBgBIAEoCzIULnBheWxpbmsudjEuQ2hlY2tvdXQilwEKCENoZWNrb3V0Eg8KB2xpbmtfaWQYASABKAkSJgoGc3RhdHVzGAIgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzEiIKBGRhdGEYAyABKAsyFC5wYXlsaW5rLnYxLkxpbmtEYXRhEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImQKBENhcmQSDgoGbnVtYmVyGAEgASgJEhEKCWV4cF9tb250aBgCIAEoBRIQCghleHBfeWVhchgDIAEoBRILCgNjdmMYBCABKAkSEQoEbmFtZRgFIAEoCUgAiAEBQgcKBV9uYW1lInwKFkNvbXBsZXRlUGF5bWVudFJlcXVlc3QSDwoHbGlua19pZBgBIAEoCRIxCg5wYXltZW50X21ldGhvZBgCIAEoDjIZLnBheWxpbmsudjEuUGF5bWVudE1ldGhvZBIeCgRjYXJkGAMgASgLMhAucGF5bGluay52MS5DYXJkIoIBChdDb21wbGV0ZVBheW1lbnRSZXNwb25zZRIPCgdsaW5rX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSFgoOdHJhbnNhY3Rpb25faWQYAyABKAkSGQoMcmVkaXJlY3RfdXJsGAQgASgJSACIAQFCDwoNX3JlZGlyZWN0X3VybCKUAQoUQmF0Y2hHZXRMaW5rc1JlcXVlc3QSNAoFaXRlbXMYASADKAsyJS5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXF1ZXN0Lkl0ZW0aRgoESXRlbRIRCgljbGllbnRfaWQYASABKAkSKwoHcmVxdWVzdBgCIAEoCzIaLnBheWxpbmsudjEuR2V0TGlua1JlcXVlc3QivAEKFUJhdGNoR2V0TGlua3NSZXNwb25zZRI5CgdyZXN1bHRzGAEgAygLMigucGF5bGluay52MS5CYXRjaEdldExpbmtzUmVzcG9uc2UuUmVzdWx0GmgKBlJlc3VsdBIvCghyZXNwb25zZRgBIAEoCzIbLnBheWxpbmsudjEuR2V0TGlua1Jlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCKdAQoXQmF0Y2hDcmVhdGVMaW5rc1JlcXVlc3QSNwoFaXRlbXMYASADKAsyKC5wYXlsaW5rLnYxLkJhdGNoQ3JlYXRlTGlua3NSZXF1ZXN0Lkl0ZW0aSQoESXRlbRIRCgljbGllbnRfaWQYASABKAkSLgoHcmVxdWVzdBgCIAEoCzIdLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QixQEKGEJhdGNoQ3JlYXRlTGlua3NSZXNwb25zZRI8CgdyZXN1bHRzGAEgAygLMisucGF5bGluay52MS5CYXRjaENyZWF0ZUxpbmtzUmVzcG9uc2UuUmVzdWx0GmsKBlJlc3VsdBIyCghyZXNwb25zZRgBIAEoCzIeLnBheWxpbmsudjEuQ3JlYXRlTGlua1Jlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCo8CghMaW5rVHlwZRIZChVMSU5LX1RZUEVfVU5TUEVDSUZJRUQQABIVChFMSU5LX1RZUEVfUEFZTUVOVBABKnEKCkxpbmtTdGF0dXMSGwoXTElOS19TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNMSU5LX1NUQVRVU19DUkVBVEVEEAESFAoQTElOS19TVEFUVVNfVVNFRBACEhcKE0xJTktfU1RBVFVTX0VYUElSRUQQAypqCg1QYXltZW50TWV0aG9kEh4KGlBBWU1FTlRfTUVUSE9EX1VOU1BFQ0lGSUVEEAASFwoTUEFZTUVOVF9NRVRIT0RfQ0FSRBABEiAKHFBBWU1FTlRfTUVUSE9EX0JBTktfVFJBTlNGRVIQAjKWBQoLTGlua1NlcnZpY2USSwoKQ3JlYXRlTGluaxIdLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkNyZWF0ZUxpbmtSZXNwb25zZRJCCgdHZXRMaW5rEhoucGF5bGluay52MS5HZXRMaW5rUmVxdWVzdBobLnBheWxpbmsudjEuR2V0TGlua1Jlc3BvbnNlEkgKCUxpc3RMaW5rcxIcLnBheWxpbmsudjEuTGlzdExpbmtzUmVxdWVzdBodLnBheWxpbmsudjEuTGlzdExpbmtzUmVzcG9uc2USSwoKRXhwaXJlTGluaxIdLnBheWxpbmsudjEuRXhwaXJlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkV4cGlyZUxpbmtSZXNwb25zZRJOCgtHZXRDaGVja291dBIeLnBheWxpbmsudjEuR2V0Q2hlY2tvdXRSZXF1ZXN0Gh8ucGF5bGluay52MS5HZXRDaGVja291dFJlc3BvbnNlEloKD0NvbXBsZXRlUGF5bWVudBIiLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVxdWVzdBojLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVzcG9uc2USVAoNQmF0Y2hHZXRMaW5rcxIgLnBheWxpbmsudjEuQmF0Y2hHZXRMaW5rc1JlcXVlc3QaIS5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXNwb25zZRJdChBCYXRjaENyZWF0ZUxpbmtzEiMucGF5bGluay52MS5CYXRjaENyZWF0ZUxpbmtzUmVxdWVzdBokLnBheWxpbmsudjEuQmF0Y2hDcmVhdGVMaW5rc1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("Ch1wYXlsaW5rL3YxL2xpbmtfc2VydmljZS5wcm90bxIKcGF5bGluay52MSIpCgZBbW91bnQSDQoFdmFsdWUYASABKAMSEAoIY3VycmVuY3kYAiABKAkiYAoESXRlbRIMCgRuYW1lGAEgASgJEhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESEAoIcXVhbnRpdHkYAyABKAUSDgoGYW1vdW50GAQgASgDQg4KDF9kZXNjcmlwdGlvbiJiCghDdXN0b21lchIRCgRuYW1lGAEgASgJSACIAQESEgoFZW1haWwYAiABKAlIAYgBARISCgVwaG9uZRgDIAEoCUgCiAEBQgcKBV9uYW1lQggKBl9lbWFpbEIICgZfcGhvbmUiiQMKCExpbmtEYXRhEiIKBmFtb3VudBgBIAEoCzISLnBheWxpbmsudjEuQW1vdW50EhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESHwoFaXRlbXMYAyADKAsyEC5wYXlsaW5rLnYxLkl0ZW0SGAoLbWVyY2hhbnRfaWQYBCABKAlIAYgBARIaCg1tZXJjaGFudF9uYW1lGAUgASgJSAKIAQESJgoIY3VzdG9tZXIYBiABKAsyFC5wYXlsaW5rLnYxLkN1c3RvbWVyEjoKF2FsbG93ZWRfcGF5bWVudF9tZXRob2RzGAcgAygOMhkucGF5bGluay52MS5QYXltZW50TWV0aG9kEhkKDHJlZGlyZWN0X3VybBgIIAEoCUgDiAEBEhcKCmNhbmNlbF91cmwYCSABKAlIBIgBAUIOCgxfZGVzY3JpcHRpb25CDgoMX21lcmNoYW50X2lkQhAKDl9tZXJjaGFudF9uYW1lQg8KDV9yZWRpcmVjdF91cmxCDQoLX2NhbmNlbF91cmwilQMKBExpbmsSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEiIKBHR5cGUYAyABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEiYKBnN0YXR1cxgEIAEoDjIWLnBheWxpbmsudjEuTGlua1N0YXR1cxIiCgRkYXRhGAUgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRIRCgljbGllbnRfaWQYBiABKAkSLgoKZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoIbWV0YWRhdGEYCiADKAsyHi5wYXlsaW5rLnYxLkxpbmsuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipQIKEUNyZWF0ZUxpbmtSZXF1ZXN0EiIKBHR5cGUYASABKA4yFC5wYXlsaW5rLnYxLkxpbmtUeXBlEhcKCmV4cGlyZXNfaW4YAiABKAVIAIgBARIiCgRkYXRhGAMgASgLMhQucGF5bGluay52MS5MaW5rRGF0YRI9CghtZXRhZGF0YRgEIAMoCzIrLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QuTWV0YWRhdGFFbnRyeRIcCg9pZGVtcG90ZW5jeV9rZXkYBSABKAlIAYgBARovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDQoLX2V4cGlyZXNfaW5CEgoQX2lkZW1wb3RlbmN5X2tleSJGChJDcmVhdGVMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluaxIQCghyZXBsYXllZBgCIAEoCCIcCg5HZXRMaW5rUmVxdWVzdBIKCgJpZBgBIAEoCSIxCg9HZXRMaW5rUmVzcG9uc2USHgoEbGluaxgBIAEoCzIQLnBheWxpbmsudjEuTGluayKIAQoQTGlzdExpbmtzUmVxdWVzdBISCgVsaW1pdBgBIAEoBUgAiAEBEhsKDnN0YXJ0aW5nX2FmdGVyGAIgASgJSAGIAQESJgoGc3RhdHVzGAMgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzQggKBl9saW1pdEIRCg9fc3RhcnRpbmdfYWZ0ZXIiRgoRTGlzdExpbmtzUmVzcG9uc2USHwoFbGlua3MYASADKAsyEC5wYXlsaW5rLnYxLkxpbmsSEAoIaGFzX21vcmUYAiABKAgiHwoRRXhwaXJlTGlua1JlcXVlc3QSCgoCaWQYASABKAkiNAoSRXhwaXJlTGlua1Jlc3BvbnNlEh4KBGxpbmsYASABKAsyEC5wYXlsaW5rLnYxLkxpbmsiJQoSR2V0Q2hlY2tvdXRSZXF1ZXN0Eg8KB2xpbmtfaWQYASABKAkiPQoTR2V0Q2hlY2tvdXRSZXNwb25zZRImCghjaGVja291dBgBIAEoCzIULnBheWxpbmsudjEuQ2hlY2tvdXQilwEKCENoZWNrb3V0Eg8KB2xpbmtfaWQYASABKAkSJgoGc3RhdHVzGAIgASgOMhYucGF5bGluay52MS5MaW5rU3RhdHVzEiIKBGRhdGEYAyABKAsyFC5wYXlsaW5rLnYxLkxpbmtEYXRhEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImQKBENhcmQSDgoGbnVtYmVyGAEgASgJEhEKCWV4cF9tb250aBgCIAEoBRIQCghleHBfeWVhchgDIAEoBRILCgNjdmMYBCABKAkSEQoEbmFtZRgFIAEoCUgAiAEBQgcKBV9uYW1lInwKFkNvbXBsZXRlUGF5bWVudFJlcXVlc3QSDwoHbGlua19pZBgBIAEoCRIxCg5wYXltZW50X21ldGhvZBgCIAEoDjIZLnBheWxpbmsudjEuUGF5bWVudE1ldGhvZBIeCgRjYXJkGAMgASgLMhAucGF5bGluay52MS5DYXJkIoIBChdDb21wbGV0ZVBheW1lbnRSZXNwb25zZRIPCgdsaW5rX2lkGAEgASgJEhIKCnBheW1lbnRfaWQYAiABKAkSFgoOdHJhbnNhY3Rpb25faWQYAyABKAkSGQoMcmVkaXJlY3RfdXJsGAQgASgJSACIAQFCDwoNX3JlZGlyZWN0X3VybCKUAQoUQmF0Y2hHZXRMaW5rc1JlcXVlc3QSNAoFaXRlbXMYASADKAsyJS5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXF1ZXN0Lkl0ZW0aRgoESXRlbRIRCgljbGllbnRfaWQYASABKAkSKwoHcmVxdWVzdBgCIAEoCzIaLnBheWxpbmsudjEuR2V0TGlua1JlcXVlc3QivAEKFUJhdGNoR2V0TGlua3NSZXNwb25zZRI5CgdyZXN1bHRzGAEgAygLMigucGF5bGluay52MS5CYXRjaEdldExpbmtzUmVzcG9uc2UuUmVzdWx0GmgKBlJlc3VsdBIvCghyZXNwb25zZRgBIAEoCzIbLnBheWxpbmsudjEuR2V0TGlua1Jlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCKdAQoXQmF0Y2hDcmVhdGVMaW5rc1JlcXVlc3QSNwoFaXRlbXMYASADKAsyKC5wYXlsaW5rLnYxLkJhdGNoQ3JlYXRlTGlua3NSZXF1ZXN0Lkl0ZW0aSQoESXRlbRIRCgljbGllbnRfaWQYASABKAkSLgoHcmVxdWVzdBgCIAEoCzIdLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QixQEKGEJhdGNoQ3JlYXRlTGlua3NSZXNwb25zZRI8CgdyZXN1bHRzGAEgAygLMisucGF5bGluay52MS5CYXRjaENyZWF0ZUxpbmtzUmVzcG9uc2UuUmVzdWx0GmsKBlJlc3VsdBIyCghyZXNwb25zZRgBIAEoCzIeLnBheWxpbmsudjEuQ3JlYXRlTGlua1Jlc3BvbnNlSAASIwoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCIkChFHZXRQYXltZW50UmVxdWVzdBIPCgdsaW5rX2lkGAEgASgJIjoKEkdldFBheW1lbnRSZXNwb25zZRIkCgdwYXltZW50GAEgASgLMhMucGF5bGluay52MS5QYXltZW50IisKC0NhcmRTdW1tYXJ5Eg0KBWJyYW5kGAEgASgJEg0KBWxhc3Q0GAIgASgJIsgCCgdQYXltZW50EgoKAmlkGAEgASgJEg8KB2xpbmtfaWQYAiABKAkSFgoOdHJhbnNhY3Rpb25faWQYAyABKAkSKQoGc3RhdHVzGAQgASgOMhkucGF5bGluay52MS5QYXltZW50U3RhdHVzEjEKDnBheW1lbnRfbWV0aG9kGAUgASgOMhkucGF5bGluay52MS5QYXltZW50TWV0aG9kEiUKBGNhcmQYBiABKAsyFy5wYXlsaW5rLnYxLkNhcmRTdW1tYXJ5EiIKBmFtb3VudBgHIAEoCzISLnBheWxpbmsudjEuQW1vdW50Ei4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2NhcHR1cmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKmAQoPRGVsaXZlcnlBdHRlbXB0Eg4KBm51bWJlchgBIAEoBRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLc3RhdHVzX2NvZGUYAyABKAVIAIgBARISCgVlcnJvchgEIAEoCUgBiAEBEhMKC2R1cmF0aW9uX21zGAUgASgFQg4KDF9zdGF0dXNfY29kZUIICgZfZXJyb3Ii5QEKCUxpbmtFdmVudBIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEi4KCmNyZWF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnN0YXR1cxgEIAEoDjIaLnBheWxpbmsudjEuRGVsaXZlcnlTdGF0dXMSLQoIYXR0ZW1wdHMYBSADKAsyGy5wYXlsaW5rLnYxLkRlbGl2ZXJ5QXR0ZW1wdBIzCg9uZXh0X2F0dGVtcHRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIigKFUxpc3RMaW5rRXZlbnRzUmVxdWVzdBIPCgdsaW5rX2lkGAEgASgJIj8KFkxpc3RMaW5rRXZlbnRzUmVzcG9uc2USJQoGZXZlbnRzGAEgAygLMhUucGF5bGluay52MS5MaW5rRXZlbnQiOgoVUmVkZWxpdmVyRXZlbnRSZXF1ZXN0Eg8KB2xpbmtfaWQYASABKAkSEAoIZXZlbnRfaWQYAiABKAkiPgoWUmVkZWxpdmVyRXZlbnRSZXNwb25zZRIkCgVldmVudBgBIAEoCzIVLnBheWxpbmsudjEuTGlua0V2ZW50KjwKCExpbmtUeXBlEhkKFUxJTktfVFlQRV9VTlNQRUNJRklFRBAAEhUKEUxJTktfVFlQRV9QQVlNRU5UEAEqcQoKTGlua1N0YXR1cxIbChdMSU5LX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE0xJTktfU1RBVFVTX0NSRUFURUQQARIUChBMSU5LX1NUQVRVU19VU0VEEAISFwoTTElOS19TVEFUVVNfRVhQSVJFRBADKmoKDVBheW1lbnRNZXRob2QSHgoaUEFZTUVOVF9NRVRIT0RfVU5TUEVDSUZJRUQQABIXChNQQVlNRU5UX01FVEhPRF9DQVJEEAESIAocUEFZTUVOVF9NRVRIT0RfQkFOS19UUkFOU0ZFUhACKk0KDVBheW1lbnRTdGF0dXMSHgoaUEFZTUVOVF9TVEFUVVNfVU5TUEVDSUZJRUQQABIcChhQQVlNRU5UX1NUQVRVU19TVUNDRUVERUQQASrDAQoORGVsaXZlcnlTdGF0dXMSHwobREVMSVZFUllfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXREVMSVZFUllfU1RBVFVTX1BFTkRJTkcQARIdChlERUxJVkVSWV9TVEFUVVNfREVMSVZFUkVEEAISGgoWREVMSVZFUllfU1RBVFVTX0ZBSUxFRBADEhgKFERFTElWRVJZX1NUQVRVU19HT05FEAQSHgoaREVMSVZFUllfU1RBVFVTX05PX1dFQkhPT0sQBTKVBwoLTGlua1NlcnZpY2USSwoKQ3JlYXRlTGluaxIdLnBheWxpbmsudjEuQ3JlYXRlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkNyZWF0ZUxpbmtSZXNwb25zZRJCCgdHZXRMaW5rEhoucGF5bGluay52MS5HZXRMaW5rUmVxdWVzdBobLnBheWxpbmsudjEuR2V0TGlua1Jlc3BvbnNlEkgKCUxpc3RMaW5rcxIcLnBheWxpbmsudjEuTGlzdExpbmtzUmVxdWVzdBodLnBheWxpbmsudjEuTGlzdExpbmtzUmVzcG9uc2USSwoKRXhwaXJlTGluaxIdLnBheWxpbmsudjEuRXhwaXJlTGlua1JlcXVlc3QaHi5wYXlsaW5rLnYxLkV4cGlyZUxpbmtSZXNwb25zZRJOCgtHZXRDaGVja291dBIeLnBheWxpbmsudjEuR2V0Q2hlY2tvdXRSZXF1ZXN0Gh8ucGF5bGluay52MS5HZXRDaGVja291dFJlc3BvbnNlEloKD0NvbXBsZXRlUGF5bWVudBIiLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVxdWVzdBojLnBheWxpbmsudjEuQ29tcGxldGVQYXltZW50UmVzcG9uc2USVAoNQmF0Y2hHZXRMaW5rcxIgLnBheWxpbmsudjEuQmF0Y2hHZXRMaW5rc1JlcXVlc3QaIS5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXNwb25zZRJdChBCYXRjaENyZWF0ZUxpbmtzEiMucGF5bGluay52MS5CYXRjaENyZWF0ZUxpbmtzUmVxdWVzdBokLnBheWxpbmsudjEuQmF0Y2hDcmVhdGVMaW5rc1Jlc3BvbnNlEksKCkdldFBheW1lbnQSHS5wYXlsaW5rLnYxLkdldFBheW1lbnRSZXF1ZXN0Gh4ucGF5bGluay52MS5HZXRQYXltZW50UmVzcG9uc2USVwoOTGlzdExpbmtFdmVudHMSIS5wYXlsaW5rLnYxLkxpc3RMaW5rRXZlbnRzUmVxdWVzdBoiLnBheWxpbmsudjEuTGlzdExpbmtFdmVudHNSZXNwb25zZRJXCg5SZWRlbGl2ZXJFdmVudBIhLnBheWxpbmsudjEuUmVkZWxpdmVyRXZlbnRSZXF1ZXN0GiIucGF5bGluay52MS5SZWRlbGl2ZXJFdmVudFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Money is never floating point: an integer count of the currency's minor
@@ -778,6 +778,302 @@ export const BatchCreateLinksResponse_ResultSchema: GenMessage<BatchCreateLinksR
   messageDesc(file_paylink_v1_link_service, 22, 0);
 
 /**
+ * @generated from message paylink.v1.GetPaymentRequest
+ */
+export type GetPaymentRequest = Message<"paylink.v1.GetPaymentRequest"> & {
+  /**
+   * @generated from field: string link_id = 1;
+   */
+  linkId: string;
+};
+
+/**
+ * Describes the message paylink.v1.GetPaymentRequest.
+ * Use `create(GetPaymentRequestSchema)` to create a new message.
+ */
+export const GetPaymentRequestSchema: GenMessage<GetPaymentRequest> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 23);
+
+/**
+ * @generated from message paylink.v1.GetPaymentResponse
+ */
+export type GetPaymentResponse = Message<"paylink.v1.GetPaymentResponse"> & {
+  /**
+   * @generated from field: paylink.v1.Payment payment = 1;
+   */
+  payment?: Payment | undefined;
+};
+
+/**
+ * Describes the message paylink.v1.GetPaymentResponse.
+ * Use `create(GetPaymentResponseSchema)` to create a new message.
+ */
+export const GetPaymentResponseSchema: GenMessage<GetPaymentResponse> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 24);
+
+/**
+ * What a receipt may show of a card: never its number or CVC.
+ *
+ * @generated from message paylink.v1.CardSummary
+ */
+export type CardSummary = Message<"paylink.v1.CardSummary"> & {
+  /**
+   * visa, mastercard, amex, discover or unknown.
+   *
+   * @generated from field: string brand = 1;
+   */
+  brand: string;
+
+  /**
+   * @generated from field: string last4 = 2;
+   */
+  last4: string;
+};
+
+/**
+ * Describes the message paylink.v1.CardSummary.
+ * Use `create(CardSummarySchema)` to create a new message.
+ */
+export const CardSummarySchema: GenMessage<CardSummary> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 25);
+
+/**
+ * @generated from message paylink.v1.Payment
+ */
+export type Payment = Message<"paylink.v1.Payment"> & {
+  /**
+   * "pay-" followed by a UUID.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string link_id = 2;
+   */
+  linkId: string;
+
+  /**
+   * The processor's transaction id.
+   *
+   * @generated from field: string transaction_id = 3;
+   */
+  transactionId: string;
+
+  /**
+   * @generated from field: paylink.v1.PaymentStatus status = 4;
+   */
+  status: PaymentStatus;
+
+  /**
+   * @generated from field: paylink.v1.PaymentMethod payment_method = 5;
+   */
+  paymentMethod: PaymentMethod;
+
+  /**
+   * Only for card payments.
+   *
+   * @generated from field: paylink.v1.CardSummary card = 6;
+   */
+  card?: CardSummary | undefined;
+
+  /**
+   * @generated from field: paylink.v1.Amount amount = 7;
+   */
+  amount?: Amount | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 8;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * Set once the held funds were captured.
+   *
+   * @generated from field: google.protobuf.Timestamp captured_at = 9;
+   */
+  capturedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message paylink.v1.Payment.
+ * Use `create(PaymentSchema)` to create a new message.
+ */
+export const PaymentSchema: GenMessage<Payment> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 26);
+
+/**
+ * @generated from message paylink.v1.DeliveryAttempt
+ */
+export type DeliveryAttempt = Message<"paylink.v1.DeliveryAttempt"> & {
+  /**
+   * 1, 2, ... over the event's whole life, redeliveries included.
+   *
+   * @generated from field: int32 number = 1;
+   */
+  number: number;
+
+  /**
+   * When the request was sent.
+   *
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * The receiver's HTTP status, when it answered.
+   *
+   * @generated from field: optional int32 status_code = 3;
+   */
+  statusCode?: number | undefined;
+
+  /**
+   * Why the attempt failed, when it did (a timeout, a refused connection,
+   * a non-2xx answer).
+   *
+   * @generated from field: optional string error = 4;
+   */
+  error?: string | undefined;
+
+  /**
+   * @generated from field: int32 duration_ms = 5;
+   */
+  durationMs: number;
+};
+
+/**
+ * Describes the message paylink.v1.DeliveryAttempt.
+ * Use `create(DeliveryAttemptSchema)` to create a new message.
+ */
+export const DeliveryAttemptSchema: GenMessage<DeliveryAttempt> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 27);
+
+/**
+ * A webhook event of a link and what became of its delivery.
+ *
+ * @generated from message paylink.v1.LinkEvent
+ */
+export type LinkEvent = Message<"paylink.v1.LinkEvent"> & {
+  /**
+   * UUID; the Webhook-Id of its webhooks.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * "payment.completed".
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 3;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: paylink.v1.DeliveryStatus status = 4;
+   */
+  status: DeliveryStatus;
+
+  /**
+   * @generated from field: repeated paylink.v1.DeliveryAttempt attempts = 5;
+   */
+  attempts: DeliveryAttempt[];
+
+  /**
+   * While PENDING: when the next attempt is due.
+   *
+   * @generated from field: google.protobuf.Timestamp next_attempt_at = 6;
+   */
+  nextAttemptAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message paylink.v1.LinkEvent.
+ * Use `create(LinkEventSchema)` to create a new message.
+ */
+export const LinkEventSchema: GenMessage<LinkEvent> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 28);
+
+/**
+ * @generated from message paylink.v1.ListLinkEventsRequest
+ */
+export type ListLinkEventsRequest = Message<"paylink.v1.ListLinkEventsRequest"> & {
+  /**
+   * @generated from field: string link_id = 1;
+   */
+  linkId: string;
+};
+
+/**
+ * Describes the message paylink.v1.ListLinkEventsRequest.
+ * Use `create(ListLinkEventsRequestSchema)` to create a new message.
+ */
+export const ListLinkEventsRequestSchema: GenMessage<ListLinkEventsRequest> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 29);
+
+/**
+ * @generated from message paylink.v1.ListLinkEventsResponse
+ */
+export type ListLinkEventsResponse = Message<"paylink.v1.ListLinkEventsResponse"> & {
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated paylink.v1.LinkEvent events = 1;
+   */
+  events: LinkEvent[];
+};
+
+/**
+ * Describes the message paylink.v1.ListLinkEventsResponse.
+ * Use `create(ListLinkEventsResponseSchema)` to create a new message.
+ */
+export const ListLinkEventsResponseSchema: GenMessage<ListLinkEventsResponse> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 30);
+
+/**
+ * @generated from message paylink.v1.RedeliverEventRequest
+ */
+export type RedeliverEventRequest = Message<"paylink.v1.RedeliverEventRequest"> & {
+  /**
+   * @generated from field: string link_id = 1;
+   */
+  linkId: string;
+
+  /**
+   * @generated from field: string event_id = 2;
+   */
+  eventId: string;
+};
+
+/**
+ * Describes the message paylink.v1.RedeliverEventRequest.
+ * Use `create(RedeliverEventRequestSchema)` to create a new message.
+ */
+export const RedeliverEventRequestSchema: GenMessage<RedeliverEventRequest> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 31);
+
+/**
+ * @generated from message paylink.v1.RedeliverEventResponse
+ */
+export type RedeliverEventResponse = Message<"paylink.v1.RedeliverEventResponse"> & {
+  /**
+   * @generated from field: paylink.v1.LinkEvent event = 1;
+   */
+  event?: LinkEvent | undefined;
+};
+
+/**
+ * Describes the message paylink.v1.RedeliverEventResponse.
+ * Use `create(RedeliverEventResponseSchema)` to create a new message.
+ */
+export const RedeliverEventResponseSchema: GenMessage<RedeliverEventResponse> = /*@__PURE__*/
+  messageDesc(file_paylink_v1_link_service, 32);
+
+/**
  * @generated from enum paylink.v1.LinkType
  */
 export enum LinkType {
@@ -856,6 +1152,78 @@ export const PaymentMethodSchema: GenEnum<PaymentMethod> = /*@__PURE__*/
   enumDesc(file_paylink_v1_link_service, 2);
 
 /**
+ * @generated from enum paylink.v1.PaymentStatus
+ */
+export enum PaymentStatus {
+  /**
+   * @generated from enum value: PAYMENT_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: PAYMENT_STATUS_SUCCEEDED = 1;
+   */
+  SUCCEEDED = 1,
+}
+
+/**
+ * Describes the enum paylink.v1.PaymentStatus.
+ */
+export const PaymentStatusSchema: GenEnum<PaymentStatus> = /*@__PURE__*/
+  enumDesc(file_paylink_v1_link_service, 3);
+
+/**
+ * @generated from enum paylink.v1.DeliveryStatus
+ */
+export enum DeliveryStatus {
+  /**
+   * @generated from enum value: DELIVERY_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Not settled yet: an attempt is due or under way.
+   *
+   * @generated from enum value: DELIVERY_STATUS_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * The receiver answered 2xx.
+   *
+   * @generated from enum value: DELIVERY_STATUS_DELIVERED = 2;
+   */
+  DELIVERED = 2,
+
+  /**
+   * Dead-lettered after the last attempt of the schedule failed.
+   *
+   * @generated from enum value: DELIVERY_STATUS_FAILED = 3;
+   */
+  FAILED = 3,
+
+  /**
+   * The receiver answered 410 Gone: delivery stopped.
+   *
+   * @generated from enum value: DELIVERY_STATUS_GONE = 4;
+   */
+  GONE = 4,
+
+  /**
+   * The link has no webhook: nothing is sent.
+   *
+   * @generated from enum value: DELIVERY_STATUS_NO_WEBHOOK = 5;
+   */
+  NO_WEBHOOK = 5,
+}
+
+/**
+ * Describes the enum paylink.v1.DeliveryStatus.
+ */
+export const DeliveryStatusSchema: GenEnum<DeliveryStatus> = /*@__PURE__*/
+  enumDesc(file_paylink_v1_link_service, 4);
+
+/**
  * LinkService owns payment links. Every RPC but GetCheckout and
  * CompletePayment identifies its caller by the `client-id` request header;
  * those two are the customer's, who holds only the link id.
@@ -863,9 +1231,10 @@ export const PaymentMethodSchema: GenEnum<PaymentMethod> = /*@__PURE__*/
  * Errors: INVALID_ARGUMENT for validation (the message names the field),
  * NOT_FOUND, PERMISSION_DENIED for another client's link, and errors with a
  * google.rpc.ErrorInfo (domain "paylink") whose reason says what happened:
- * FAILED_PRECONDITION with LINK_USED, LINK_EXPIRED, CARD_DECLINED or
- * IDEMPOTENCY_KEY_REUSED; ABORTED with IDEMPOTENCY_KEY_IN_USE; UNAVAILABLE
- * with PROCESSOR_NOT_CONFIGURED or PROCESSOR_UNAVAILABLE.
+ * FAILED_PRECONDITION with LINK_USED, LINK_EXPIRED, CARD_DECLINED,
+ * IDEMPOTENCY_KEY_REUSED or LINK_HAS_NO_WEBHOOK; ABORTED with
+ * IDEMPOTENCY_KEY_IN_USE; UNAVAILABLE with PROCESSOR_NOT_CONFIGURED or
+ * PROCESSOR_UNAVAILABLE.
  *
  * @generated from service paylink.v1.LinkService
  */
@@ -956,6 +1325,40 @@ export const LinkService: GenService<{
     methodKind: "unary";
     input: typeof BatchCreateLinksRequestSchema;
     output: typeof BatchCreateLinksResponseSchema;
+  },
+  /**
+   * The payment of the caller's link, in any link status. NOT_FOUND
+   * "Payment not found" when the link has none.
+   *
+   * @generated from rpc paylink.v1.LinkService.GetPayment
+   */
+  getPayment: {
+    methodKind: "unary";
+    input: typeof GetPaymentRequestSchema;
+    output: typeof GetPaymentResponseSchema;
+  },
+  /**
+   * The webhook events of the caller's link with every delivery attempt,
+   * oldest first, in any link status.
+   *
+   * @generated from rpc paylink.v1.LinkService.ListLinkEvents
+   */
+  listLinkEvents: {
+    methodKind: "unary";
+    input: typeof ListLinkEventsRequestSchema;
+    output: typeof ListLinkEventsResponseSchema;
+  },
+  /**
+   * Delivers an event again from the start of the retry schedule, with the
+   * same id (Webhook-Id). NOT_FOUND "Event not found"; FAILED_PRECONDITION
+   * with reason LINK_HAS_NO_WEBHOOK when the link has no webhook.
+   *
+   * @generated from rpc paylink.v1.LinkService.RedeliverEvent
+   */
+  redeliverEvent: {
+    methodKind: "unary";
+    input: typeof RedeliverEventRequestSchema;
+    output: typeof RedeliverEventResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_paylink_v1_link_service, 0);

@@ -1,0 +1,177 @@
+// The delivery log, and the internal DeliveryService the notifier calls.
+// PostgreSQL is the source of truth for every payment.completed event: a row
+// says whether its webhook is still owed, which schedule (generation) runs,
+// who is attempting it now (a lease) and when the next attempt is due. The
+// broker only carries ids; the notifier asks here where and how to deliver,
+// and tells here what each attempt did.
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import {
+  AttemptOutcome,
+  type DeliveryService,
+  type RecordAttemptRequest,
+  type StartAttemptRequest,
+  StartAttemptAction,
+  type StartAttemptResponse,
+  StartAttemptResponseSchema,
+} from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
+import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
+import type { Clock } from "../shared/clock.js";
+import { isEventId } from "../shared/ids.js";
+import type { Db, Executor } from "./db.js";
+import { enqueue } from "./outbox.js";
+import type { LinkRow } from "./records.js";
+import type { deliveries } from "./schema.js";
+import * as store from "./store.js";
+import type { DeliveryRow } from "./store.js";
+
+/** How long a claimed attempt holds the event: the 10 s attempt, recording it, and slack. */
+export const LEASE_MS = 60_000;
+/** A copy may come this much before its due time (clocks, timers) and still be the scheduled one. */
+const EARLY_MS = 1_000;
+/** A copy that finds an attempt under way looks again this soon: attempts end within seconds. */
+const WAIT_MS = 500;
+
+/** The delivery row written with a payment's event, in the same transaction. */
+export function newDelivery(
+  event: { id: string; paymentId: string; transactionId: string },
+  link: Pick<LinkRow, "id" | "clientId" | "metadata">,
+  at: Date,
+): typeof deliveries.$inferInsert {
+  const owed = Boolean(link.metadata.webhook);
+  return {
+    eventId: event.id,
+    linkId: link.id,
+    clientId: link.clientId,
+    paymentId: event.paymentId,
+    transactionId: event.transactionId,
+    status: owed ? "pending" : "no_webhook",
+    nextAttemptAt: owed ? at : null,
+    reconcileAt: owed ? at : null,
+    createdAt: at,
+  };
+}
+
+/** The event as the broker carries it: ids and the schedule's generation, never a secret. */
+export function deliveryEvent(row: DeliveryRow): Event {
+  return create(EventSchema, {
+    id: row.eventId,
+    occurredAt: timestampFromDate(row.createdAt),
+    linkId: row.linkId,
+    clientId: row.clientId,
+    payload: {
+      case: "paymentCompleted",
+      value: { paymentId: row.paymentId, transactionId: row.transactionId, generation: row.generation },
+    },
+  });
+}
+
+/** Publishes the event again (through the outbox), due now. */
+export async function republish(tx: Executor, row: DeliveryRow, now: Date, set: Partial<DeliveryRow> = {}) {
+  const updated = await store.updateDelivery(tx, row.eventId, { nextAttemptAt: now, ...set });
+  await enqueue(tx, [deliveryEvent(updated)], now, { copy: true });
+  return updated;
+}
+
+const skip = (reason: string) => create(StartAttemptResponseSchema, { action: StartAttemptAction.SKIP, reason });
+
+const SETTLED_BY: Partial<Record<AttemptOutcome, DeliveryRow["status"]>> = {
+  [AttemptOutcome.DELIVERED]: "delivered",
+  [AttemptOutcome.GONE]: "gone",
+  [AttemptOutcome.FAILED]: "failed",
+};
+
+export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceImpl<typeof DeliveryService> {
+  const { db, clock } = deps;
+
+  /**
+   * An event published before the delivery log existed has no row: adopt
+   * it, once its payment is known, so it too ends with a status.
+   */
+  async function adopt(tx: Executor, req: StartAttemptRequest, now: Date): Promise<DeliveryRow | undefined> {
+    const link = await store.findLink(tx, req.linkId);
+    const payment = link && (await store.findPaymentOfLink(tx, link.id));
+    if (!link || !payment || payment.id !== req.paymentId) return undefined;
+    await store.insertDelivery(tx, {
+      ...newDelivery({ id: req.eventId, paymentId: payment.id, transactionId: payment.transactionId }, link, now),
+      createdAt: payment.createdAt,
+    });
+    return store.lockDelivery(tx, req.eventId);
+  }
+
+  async function start(tx: Executor, req: StartAttemptRequest): Promise<StartAttemptResponse> {
+    const now = clock.now();
+    if (!isEventId(req.eventId)) return skip("not an event id");
+    const row = (await store.lockDelivery(tx, req.eventId)) ?? (await adopt(tx, req, now));
+    if (!row) return skip("unknown event");
+    if (req.generation < row.generation) return skip("superseded by a redelivery");
+    if (row.status !== "pending") return skip(`already ${row.status}`);
+    if (row.leaseUntil && row.leaseUntil > now) {
+      const wait = Math.min(WAIT_MS, row.leaseUntil.getTime() - now.getTime());
+      return create(StartAttemptResponseSchema, { action: StartAttemptAction.WAIT, retryInMs: wait });
+    }
+    if (row.nextAttemptAt && row.nextAttemptAt.getTime() > now.getTime() + EARLY_MS) {
+      // The copy that holds the schedule is waiting in the stream; if it is
+      // lost, reconciliation publishes the event again.
+      return skip("not due: another copy holds the schedule");
+    }
+    const link = await store.findLink(tx, row.linkId);
+    const webhookUrl = link?.metadata.webhook;
+    if (!webhookUrl) {
+      await store.updateDelivery(tx, row.eventId, { status: "no_webhook", nextAttemptAt: null, reconcileAt: null });
+      return skip("the link has no webhook");
+    }
+    const leaseToken = randomUUID();
+    const leaseUntil = new Date(now.getTime() + LEASE_MS);
+    const claimed = await store.updateDelivery(tx, row.eventId, {
+      started: row.started + 1,
+      leaseToken,
+      leaseUntil,
+      reconcileAt: leaseUntil,
+    });
+    return create(StartAttemptResponseSchema, {
+      action: StartAttemptAction.DELIVER,
+      webhookUrl,
+      apiKey: link.metadata.api_key ?? "",
+      transactionId: row.transactionId,
+      attempt: claimed.started,
+      leaseToken,
+    });
+  }
+
+  async function record(tx: Executor, req: RecordAttemptRequest): Promise<void> {
+    const now = clock.now();
+    const row = isEventId(req.eventId) ? await store.lockDelivery(tx, req.eventId) : undefined;
+    if (!row) throw new ConnectError("Event not found", Code.NotFound);
+    await store.insertAttempt(tx, {
+      eventId: row.eventId,
+      generation: req.generation,
+      at: req.at ? timestampDate(req.at) : now,
+      statusCode: req.statusCode ?? null,
+      error: req.error ?? null,
+      durationMs: req.durationMs,
+    });
+    const holder = row.leaseToken !== null && row.leaseToken === req.leaseToken;
+    const set: Partial<DeliveryRow> = holder ? { leaseToken: null, leaseUntil: null, reconcileAt: now, republished: 0 } : {};
+    // An attempt of an older schedule is history only; a lapsed lease still
+    // tells the truth about a 2xx or a 410, but no longer sets the schedule.
+    const current = req.generation === row.generation && row.status === "pending";
+    const settled = SETTLED_BY[req.outcome];
+    if (current && settled) Object.assign(set, { status: settled, nextAttemptAt: null, reconcileAt: null });
+    else if (current && holder && req.outcome === AttemptOutcome.RETRY) {
+      const due = new Date(now.getTime() + req.retryInMs);
+      Object.assign(set, { nextAttemptAt: due, reconcileAt: due });
+    }
+    if (Object.keys(set).length > 0) await store.updateDelivery(tx, row.eventId, set);
+  }
+
+  return {
+    startAttempt: (req) => db.transaction((tx) => start(tx, req)),
+    async recordAttempt(req) {
+      await db.transaction((tx) => record(tx, req));
+      return {};
+    },
+  };
+}

@@ -1,0 +1,121 @@
+// What a merchant sees of a link after it is paid: the payment, and the
+// webhook events with every delivery attempt; and the one call that fixes
+// "my server never heard": redeliver. These answer 404 and 403 only, in any
+// link status: they exist to show used and expired links.
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  type LinkEvent,
+  LinkEventSchema,
+  type LinkService,
+  type Payment,
+  PaymentSchema,
+  PaymentStatus,
+} from "../../proto/gen/paylink/v1/link_service_pb.js";
+import type { Clock } from "../shared/clock.js";
+import { isEventId } from "../shared/ids.js";
+import { deliveryStatusFromName, methodFromName } from "../shared/names.js";
+import {
+  eventNotFound,
+  linkHasNoWebhook,
+  linkNotFound,
+  paymentNotFound,
+  unauthorized,
+} from "../shared/rpc-errors.js";
+import type { Db } from "./db.js";
+import { republish } from "./deliveries.js";
+import type { LinkRow } from "./records.js";
+import * as store from "./store.js";
+import type { AttemptRow, DeliveryRow } from "./store.js";
+import { validateClientId } from "./validate.js";
+
+type EventRpcs = Pick<ServiceImpl<typeof LinkService>, "getPayment" | "listLinkEvents" | "redeliverEvent">;
+
+export function createLinkEvents(deps: { db: Db; clock: Clock; onEventsCommitted: () => void }): EventRpcs {
+  const { db, clock } = deps;
+
+  async function callersLink(id: string, ctx: HandlerContext): Promise<LinkRow> {
+    const clientId = validateClientId(ctx.requestHeader.get("client-id"));
+    const row = await store.findLink(db, id);
+    if (!row) throw linkNotFound();
+    if (row.clientId !== clientId) throw unauthorized();
+    return row;
+  }
+
+  return {
+    async getPayment(req, ctx) {
+      const link = await callersLink(req.linkId, ctx);
+      const payment = await store.findPaymentOfLink(db, link.id);
+      if (!payment) throw paymentNotFound();
+      return { payment: toPayment(payment) };
+    },
+
+    async listLinkEvents(req, ctx) {
+      const link = await callersLink(req.linkId, ctx);
+      const rows = await store.deliveriesOfLink(db, link.id);
+      const attempts = await store.attemptsOf(
+        db,
+        rows.map((row) => row.eventId),
+      );
+      return { events: rows.map((row) => toLinkEvent(row, attempts)) };
+    },
+
+    async redeliverEvent(req, ctx) {
+      const link = await callersLink(req.linkId, ctx);
+      if (!isEventId(req.eventId)) throw eventNotFound();
+      const now = clock.now();
+      const event = await db.transaction(async (tx) => {
+        const row = await store.lockDelivery(tx, req.eventId);
+        if (!row || row.linkId !== link.id) throw eventNotFound();
+        if (row.status === "no_webhook") throw linkHasNoWebhook();
+        // A new schedule from its first attempt. An attempt under way keeps
+        // its lease, so the new schedule starts once it has finished, and
+        // every copy of the old schedule is dropped by its generation.
+        return republish(tx, row, now, {
+          generation: row.generation + 1,
+          status: "pending",
+          started: 0,
+          reconcileAt: now,
+          republished: 0,
+        });
+      });
+      deps.onEventsCommitted();
+      const attempts = await store.attemptsOf(db, [event.eventId]);
+      return { event: toLinkEvent(event, attempts) };
+    },
+  };
+}
+
+function toPayment(row: NonNullable<Awaited<ReturnType<typeof store.findPaymentOfLink>>>): Payment {
+  return create(PaymentSchema, {
+    id: row.id,
+    linkId: row.linkId,
+    transactionId: row.transactionId,
+    status: PaymentStatus.SUCCEEDED,
+    paymentMethod: methodFromName(row.method),
+    card: row.method === "card" ? { brand: row.cardBrand ?? "unknown", last4: row.cardLast4 ?? "" } : undefined,
+    amount: { value: row.amountValue, currency: row.currency },
+    createdAt: timestampFromDate(row.createdAt),
+    capturedAt: row.capturedAt ? timestampFromDate(row.capturedAt) : undefined,
+  });
+}
+
+function toLinkEvent(row: DeliveryRow, attempts: AttemptRow[]): LinkEvent {
+  return create(LinkEventSchema, {
+    id: row.eventId,
+    type: "payment.completed",
+    createdAt: timestampFromDate(row.createdAt),
+    status: deliveryStatusFromName(row.status),
+    attempts: attempts
+      .filter((a) => a.eventId === row.eventId)
+      .map((a) => ({
+        number: a.number,
+        at: timestampFromDate(a.at),
+        statusCode: a.statusCode ?? undefined,
+        error: a.error ?? undefined,
+        durationMs: a.durationMs,
+      })),
+    nextAttemptAt: row.status === "pending" && row.nextAttemptAt ? timestampFromDate(row.nextAttemptAt) : undefined,
+  });
+}

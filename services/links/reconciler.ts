@@ -1,0 +1,123 @@
+// Reconciliation: PostgreSQL, not the broker, decides what is still owed.
+// An event whose delivery is not settled, and to which nothing has happened
+// for the reconciliation window (no attempt started, none recorded, a
+// retry's due time long past), is published again through the outbox: the
+// broker may have lost it (a purged or deleted stream, a lost write). The
+// notifier's StartAttempt drops any copy that is not needed, so a receiver
+// never gets an event again once it is delivered. An event published again
+// and still not attempted waits twice as long before the next copy.
+//
+// On start, and on every pass, it also adopts payment events written before
+// the delivery log existed: each gets its delivery row, and the webhook
+// address and api_key that old payloads carried are removed from the outbox
+// (the relay publishes none of them before).
+import { fromBinary } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
+import type { Clock } from "../shared/clock.js";
+import type { Logger } from "../shared/logger.js";
+import type { Db } from "./db.js";
+import { newDelivery, republish } from "./deliveries.js";
+import { claimLegacyPaymentEvents, replacePayload } from "./outbox.js";
+import * as store from "./store.js";
+
+export interface ReconcilerOptions {
+  db: Db;
+  clock: Clock;
+  logger: Logger;
+  /** WEBHOOK_RECONCILE_AFTER: how long an unsettled event may go without news. */
+  afterMs: number;
+  intervalMs?: number;
+  batchSize?: number;
+  onEventsCommitted?: () => void;
+}
+
+const MAX_DOUBLINGS = 5;
+
+export function createReconciler(opts: ReconcilerOptions) {
+  const { db, clock, logger } = opts;
+  const intervalMs = opts.intervalMs ?? Math.min(30_000, Math.max(100, opts.afterMs / 4));
+  const batchSize = opts.batchSize ?? 500;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<unknown> | undefined;
+  let stopped = false;
+
+  async function reconcileBatch(): Promise<number> {
+    const now = clock.now();
+    const count = await db.transaction(async (tx) => {
+      const rows = await store.claimUnsettled(tx, new Date(now.getTime() - opts.afterMs), batchSize);
+      for (const row of rows) {
+        const spacing = opts.afterMs * (2 ** Math.min(row.republished, MAX_DOUBLINGS) - 1);
+        await republish(tx, row, now, {
+          reconcileAt: new Date(now.getTime() + spacing),
+          republished: row.republished + 1,
+        });
+      }
+      return rows.length;
+    });
+    if (count > 0) {
+      opts.onEventsCommitted?.();
+      logger.warn({ events: count }, "published unsettled webhook events again");
+    }
+    return count;
+  }
+
+  /** Runs batches until one comes back short; answers how many rows they handled. */
+  async function drain(batch: () => Promise<number>): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const n = await batch();
+      total += n;
+      if (n < batchSize || stopped) return total;
+    }
+  }
+  const reconcile = () => drain(reconcileBatch);
+
+  async function adoptLegacyBatch(): Promise<number> {
+    return db.transaction(async (tx) => {
+      const rows = await claimLegacyPaymentEvents(tx, batchSize);
+      for (const row of rows) {
+        const event = fromBinary(EventSchema, row.payload);
+        if (event.payload.case !== "paymentCompleted") continue;
+        const completed = event.payload.value;
+        const at = event.occurredAt ? timestampDate(event.occurredAt) : row.createdAt;
+        const link = await store.findLink(tx, event.linkId);
+        if (link) await store.insertDelivery(tx, newDelivery({ ...completed, id: event.id }, link, at));
+        completed.webhookUrl = "";
+        completed.apiKey = "";
+        await replacePayload(tx, row.id, event);
+      }
+      return rows.length;
+    });
+  }
+
+  const adoptLegacy = () => drain(adoptLegacyBatch);
+
+  function schedule() {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      // Adopting again on every pass covers rows an earlier release's copy
+      // wrote during a rolling deploy, after this copy started.
+      running = adoptLegacy()
+        .then(reconcile)
+        .catch((err: unknown) => logger.error({ err }, "webhook reconciliation failed"))
+        .finally(schedule);
+    }, intervalMs);
+  }
+
+  return {
+    reconcile,
+    adoptLegacy,
+    start() {
+      running = adoptLegacy()
+        .then((n) => n > 0 && logger.info({ events: n }, "adopted payment events from before the delivery log"))
+        .catch((err: unknown) => logger.error({ err }, "adopting earlier payment events failed"))
+        .finally(schedule);
+    },
+    async close() {
+      stopped = true;
+      clearTimeout(timer);
+      await running;
+    },
+  };
+}
