@@ -16,32 +16,25 @@ import {
 import type { Clock } from "../shared/clock.js";
 import { isEventId } from "../shared/ids.js";
 import { deliveryStatusFromName, methodFromName } from "../shared/names.js";
-import {
-  eventNotFound,
-  linkHasNoWebhook,
-  linkNotFound,
-  paymentNotFound,
-  unauthorized,
-} from "../shared/rpc-errors.js";
+import { eventNotFound, linkHasNoWebhook, paymentNotFound } from "../shared/rpc-errors.js";
 import type { Db } from "./db.js";
 import { republish } from "./deliveries.js";
 import type { LinkRow } from "./records.js";
 import * as store from "./store.js";
 import type { AttemptRow, DeliveryRow } from "./store.js";
-import { validateClientId } from "./validate.js";
 
 type EventRpcs = Pick<ServiceImpl<typeof LinkService>, "getPayment" | "listLinkEvents" | "redeliverEvent">;
 
-export function createLinkEvents(deps: { db: Db; clock: Clock; onEventsCommitted: () => void }): EventRpcs {
-  const { db, clock } = deps;
+export interface LinkEventsDeps {
+  db: Db;
+  clock: Clock;
+  onEventsCommitted: () => void;
+  /** The caller's link, or the error its caller deserves (service.ts). */
+  callersLink(id: string, ctx: HandlerContext): Promise<LinkRow>;
+}
 
-  async function callersLink(id: string, ctx: HandlerContext): Promise<LinkRow> {
-    const clientId = validateClientId(ctx.requestHeader.get("client-id"));
-    const row = await store.findLink(db, id);
-    if (!row) throw linkNotFound();
-    if (row.clientId !== clientId) throw unauthorized();
-    return row;
-  }
+export function createLinkEvents(deps: LinkEventsDeps): EventRpcs {
+  const { db, clock, callersLink } = deps;
 
   return {
     async getPayment(req, ctx) {

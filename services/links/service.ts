@@ -140,14 +140,14 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     },
 
     async getCheckout(req) {
-      const row = await store.findLink(db, req.linkId);
+      const row = await batched.findLink(req.linkId);
       if (!row) throw linkNotFound();
       return { checkout: toCheckout(row, clock.now()) };
     },
 
     completePayment: (req) => deps.payments.complete(req),
 
-    ...createLinkEvents(deps),
+    ...createLinkEvents({ ...deps, callersLink: (id, ctx) => ownLink(id, requireClientId(ctx)) }),
   };
 }
 
