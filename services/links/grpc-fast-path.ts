@@ -5,7 +5,7 @@
 // gRPC protocol says. Every other request (Connect, gRPC-Web, JSON codecs,
 // compressed bodies, streaming, other services, anything unexpected) goes
 // to connect's own handler, so each protocol and client keeps working.
-import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import { create, type DescMethodUnary, type DescService, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type HandlerContext } from "@connectrpc/connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
@@ -30,6 +30,7 @@ interface Route {
   impl: AnyUnaryImpl;
 }
 
+const { NGHTTP2_NO_ERROR } = constants;
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 
 export function createGrpcFastPath(options: FastPathOptions): Handler {
@@ -94,15 +95,20 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
   const chunks: Buffer[] = [];
   let received = 0;
   req.on("data", (chunk: Buffer) => {
+    if (answered) return;
     received += chunk.length;
     chunks.push(chunk);
     // The prefix names the message's size: refuse a large one before reading it.
-    if (received >= 5 && chunks.length === 1 && chunk.readUInt32BE(1) > options.readMaxBytes) {
+    const declared = chunks.length === 1 && chunk.length >= 5 ? chunk.readUInt32BE(1) : 0;
+    if (declared > options.readMaxBytes || received > options.readMaxBytes + 5) {
+      chunks.length = 0;
       finish(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
-      req.destroy();
-    } else if (received > options.readMaxBytes + 5) {
-      finish(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
-      req.destroy();
+      // The answer is complete. Some clients then neither finish nor cancel
+      // their request, which would hold the stream (and a drain) open; once
+      // they have had time to read the answer, RST_STREAM(NO_ERROR) ends it.
+      setTimeout(() => {
+        if (!res.stream.closed) res.stream.close(NGHTTP2_NO_ERROR);
+      }, 1000).unref();
     }
   });
   req.on("end", () => {
