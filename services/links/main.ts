@@ -1,5 +1,6 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
 import { systemClock } from "../shared/clock.js";
+import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
@@ -20,7 +21,13 @@ await runMain("links", async (config, logger) => {
   if (!processor) logger.warn("no payment processor is configured: payments will answer 503");
 
   // Publishes outbox events right after each commit; polls only as a fallback.
-  const relay = createRelay({ db, natsUrl: config.natsUrl, clock, logger: logger.child({ component: "relay" }) });
+  const relay = createRelay({
+    db,
+    natsUrl: config.natsUrl,
+    topology: topologyFor(config.natsPrefix, config.natsStreamReplicas),
+    clock,
+    logger: logger.child({ component: "relay" }),
+  });
   const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick });
   const captures = processor && createCaptureRetrier({ db, processor, clock, logger });
   const server = await startLinksServer({

@@ -17,6 +17,27 @@ export interface Config {
   /** Delays in milliseconds between webhook attempts. */
   webhookRetrySchedule: number[];
   logLevel: string;
+  /** Who a merchant is: the Client-Id alone, or a secret key that belongs to it. */
+  auth: AuthMode;
+  /** Guards the AdminService; undefined turns it off. */
+  adminToken: string | undefined;
+  /** Requests per second per client on /v1, undefined when off. */
+  rateLimitClient: RateLimit | undefined;
+  /** Pay requests per address, undefined when off. */
+  rateLimitPay: RateLimit | undefined;
+  /** A request body must arrive within this many milliseconds. */
+  requestTimeoutMs: number;
+  /** Names the JetStream streams, subjects and durable consumer. */
+  natsPrefix: string;
+  natsStreamReplicas: number;
+}
+
+export type AuthMode = "client-id" | "api-key";
+
+/** `max` requests per `windowMs`. */
+export interface RateLimit {
+  max: number;
+  windowMs: number;
 }
 
 export class ConfigError extends Error {}
@@ -44,6 +65,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       "WEBHOOK_RETRY_SCHEDULE",
     ),
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
+    auth: oneOf(env, "PAYLINK_AUTH", ["client-id", "api-key"], paylinkEnv === "production" ? "api-key" : "client-id") as AuthMode,
+    adminToken: adminToken(env),
+    rateLimitClient: rateLimit(env, "RATE_LIMIT_CLIENT", "100/s"),
+    rateLimitPay: rateLimit(env, "RATE_LIMIT_PAY", "20/m"),
+    requestTimeoutMs: duration(env, "REQUEST_TIMEOUT", "30s"),
+    natsPrefix: natsPrefix(env),
+    natsStreamReplicas: replicas(env),
   };
 }
 
@@ -97,4 +125,46 @@ export function parseSchedule(raw: string, name: string): number[] {
     }
     return Number(match[1]) * UNIT_MS[match[2]!]!;
   });
+}
+
+function adminToken(env: NodeJS.ProcessEnv): string | undefined {
+  const token = optional(env, "ADMIN_TOKEN");
+  if (token !== undefined && token.length < 16) {
+    throw new ConfigError("ADMIN_TOKEN must be at least 16 characters (or unset to turn the admin service off)");
+  }
+  return token;
+}
+
+/** "100/s", "20/m" or "off". */
+function rateLimit(env: NodeJS.ProcessEnv, name: string, fallback: string): RateLimit | undefined {
+  const raw = optional(env, name) ?? fallback;
+  if (raw === "off") return undefined;
+  const match = /^(\d{1,9})\/(s|m)$/.exec(raw);
+  if (!match || Number(match[1]) < 1) {
+    throw new ConfigError(`${name} must be N/s, N/m (N at least 1) or off; got "${raw}"`);
+  }
+  return { max: Number(match[1]), windowMs: match[2] === "s" ? 1000 : 60_000 };
+}
+
+function duration(env: NodeJS.ProcessEnv, name: string, fallback: string): number {
+  const raw = optional(env, name) ?? fallback;
+  const [ms] = parseSchedule(raw, name);
+  if (raw.includes(",") || !ms) throw new ConfigError(`${name} must be one positive duration such as 30s; got "${raw}"`);
+  return ms;
+}
+
+function natsPrefix(env: NodeJS.ProcessEnv): string {
+  const raw = optional(env, "NATS_PREFIX") ?? "paylink";
+  // A subject token, and (uppercased) part of stream names: lowercase only,
+  // so that two prefixes never name the same stream.
+  if (!/^[a-z][a-z0-9_]{0,31}$/.test(raw)) {
+    throw new ConfigError(`NATS_PREFIX must be a lowercase letter then up to 31 lowercase letters, digits or _; got "${raw}"`);
+  }
+  return raw;
+}
+
+function replicas(env: NodeJS.ProcessEnv): number {
+  const raw = optional(env, "NATS_STREAM_REPLICAS") ?? "1";
+  if (!/^[1-5]$/.test(raw)) throw new ConfigError(`NATS_STREAM_REPLICAS must be an integer from 1 to 5; got "${raw}"`);
+  return Number(raw);
 }
