@@ -8,6 +8,7 @@ import type { Logger } from "../services/shared/logger.js";
 import { registerCheckout } from "./checkout/routes.js";
 import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
+import { authenticationFirst } from "./caller.js";
 import type { Clients } from "./clients.js";
 import { hasClientId, registerRest } from "./rest.js";
 
@@ -78,7 +79,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     parseJson(req, text, done);
   });
 
-  app.setErrorHandler((err: unknown, req, reply) => {
+  app.setErrorHandler(async (thrown: unknown, req, reply) => {
+    const err = await authenticationFirst(req, deps.clients, thrown);
     const known = httpErrorOf(err);
     if (known) {
       if (known.status >= 500) req.log.warn({ err }, "request failed");
@@ -105,6 +107,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
 
 
 export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
+  if (error.headers) reply.headers(error.headers);
   return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
 }
 

@@ -7,12 +7,12 @@ import {
   ListLinksRequestSchema,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "./app.js";
+import { callerHeaders, markIdentified } from "./caller.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
-const clientIdOf = (req: FastifyRequest) => ({ "client-id": req.headers["client-id"] as string });
 
 export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): void {
   const { links } = clients;
@@ -27,6 +27,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
         if (names.filter((name) => name.toLowerCase() === "client-id").length > 1) {
           throw badRequest("Client ID header must be given once");
         }
+        markIdentified(req);
         // An empty body is no body, whatever its label: POST .../expire
         // needs none, and check 2 is for POSTs that carry one.
         const length = req.headers["content-length"];
@@ -40,7 +41,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           if (!isObject(req.body)) throw badRequest(INVALID_JSON);
           const key = req.headers["idempotency-key"];
           const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
-          const res = await links.createLink(request, { headers: clientIdOf(req) });
+          const res = await links.createLink(request, { headers: callerHeaders(req) });
           if (res.replayed) reply.header("idempotent-replayed", "true");
           return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
         },
@@ -52,7 +53,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
               startingAfter: queryString(query.starting_after, "starting_after"),
               status: query.status === undefined ? LinkStatus.UNSPECIFIED : queryStatus(query.status),
             }),
-            { headers: clientIdOf(req) },
+            { headers: callerHeaders(req) },
           );
           return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
         },
@@ -60,7 +61,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
 
       route(v1, "/links/:id", {
         async GET(req, reply) {
-          const { link } = await links.getLink({ id: idOf(req) }, { headers: clientIdOf(req) });
+          const { link } = await links.getLink({ id: idOf(req) }, { headers: callerHeaders(req) });
           // REST shows only payable links here; used and expired ones are
           // the contract's 409 and 410 (the list and gRPC still show them).
           const refused = linkStateError(statusName(link!.status));
@@ -72,7 +73,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
       route(v1, "/links/:id/expire", {
         async POST(req, reply) {
           if (req.body !== undefined && !isObject(req.body)) throw badRequest(INVALID_JSON);
-          const { link } = await links.expireLink({ id: idOf(req) }, { headers: clientIdOf(req) });
+          const { link } = await links.expireLink({ id: idOf(req) }, { headers: callerHeaders(req) });
           return sendLink(reply, link!);
         },
       });

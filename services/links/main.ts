@@ -38,12 +38,15 @@ await runMain("links", async (config, logger) => {
     processor,
     logger,
     onEventsCommitted: relay.kick,
+    env: config.env,
+    auth: config.auth,
+    adminToken: config.adminToken,
   });
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();
   captures?.start();
   logger.info(
-    { port: server.port, env: config.env, processor: processor?.name ?? "none" },
+    { port: server.port, env: config.env, auth: config.auth, admin: Boolean(config.adminToken), processor: processor?.name ?? "none" },
     "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
   );
 

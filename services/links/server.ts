@@ -4,9 +4,13 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
+import { AdminService } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
+import type { AuthMode, PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
+import { adminGuard, createAdminService } from "./admin.js";
+import { authenticateCallers, createAuthenticator, requestContextValues } from "./auth.js";
 import type { Db } from "./db.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
@@ -26,7 +30,16 @@ export interface LinksServerOptions {
   logger: Logger;
   /** Told after a transaction commits outbox events. */
   onEventsCommitted?: () => void;
+  /** PAYLINK_ENV: the prefix of new secret keys. Default test. */
+  env?: PaylinkEnv;
+  /** PAYLINK_AUTH. Default client-id. */
+  auth?: AuthMode;
+  /** Turns the AdminService on. */
+  adminToken?: string;
 }
+
+/** A larger message is refused before it is decoded (RESOURCE_EXHAUSTED). */
+export const MAX_MESSAGE_BYTES = 1024 * 1024;
 
 export async function startLinksServer(opts: LinksServerOptions) {
   const { db, clock, logger } = opts;
@@ -45,10 +58,15 @@ export async function startLinksServer(opts: LinksServerOptions) {
       onEventsCommitted,
     }),
   });
+  const env = opts.env ?? "test";
+  const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id" });
   const handler = connectNodeAdapter({
-    interceptors: [errorBoundary(logger)],
+    readMaxBytes: MAX_MESSAGE_BYTES,
+    contextValues: requestContextValues,
+    interceptors: [errorBoundary(logger), adminGuard(opts.adminToken), authenticateCallers(authenticator)],
     routes: (router) => {
       router.service(LinkService, service);
+      router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
       router.service(Health, createHealthService(() => ping(db)));
     },
   });
@@ -66,6 +84,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
 
   return {
     port,
+    authenticator,
     async close() {
       // Stop accepting and tell clients to go away; GOAWAY lets open
       // streams finish first.

@@ -13,7 +13,8 @@ import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
 import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
-import { validateClientId, validateCreateLink, validateListLinks } from "./validate.js";
+import { callerOf } from "./auth.js";
+import { validateCreateLink, validateListLinks } from "./validate.js";
 
 export interface LinkServiceDeps {
   db: Db;
@@ -95,9 +96,12 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     },
 
     completePayment: (req) => deps.payments.complete(req),
+
+    getCaller: (_req, ctx) => ({ clientId: requireClientId(ctx) }),
   };
 }
 
+/** The authenticated caller (see auth.ts): the one place handlers learn who called. */
 export function requireClientId(ctx: HandlerContext): string {
-  return validateClientId(ctx.requestHeader.get("client-id"));
+  return callerOf(ctx);
 }

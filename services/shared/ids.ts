@@ -7,3 +7,5 @@ export const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]
 export const newLinkId = () => `lnk-${uuidv7()}`;
 export const newPaymentId = () => `pay-${uuidv7()}`;
 export const isLinkId = (id: string) => LINK_ID.test(id);
+export const newKeyId = () => `key-${uuidv7()}`;
+export const KEY_ID = /^key-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;

@@ -1,0 +1,43 @@
+// The merchant's credentials travel to the LinkService, which alone judges
+// them; the gateway holds no key logic. What it must still get right is the
+// contract's order: a bad key (401/403) answers before checks 2 to 5 (415,
+// 413, invalid JSON, validation), some of which the gateway makes itself
+// before any RPC. Such a refusal first asks the LinkService who the caller
+// is, and answers with its refusal when there is one. The happy path costs
+// no extra call: the RPC that serves the request authenticates it.
+import type { FastifyRequest } from "fastify";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Clients } from "./clients.js";
+
+const forwarded = new WeakSet<FastifyRequest>();
+const identified = new WeakSet<FastifyRequest>();
+
+/** The headers that say who calls, for a LinkService call made for `req`. */
+export function callerHeaders(req: FastifyRequest): Record<string, string> {
+  forwarded.add(req);
+  const headers: Record<string, string> = { "client-id": req.headers["client-id"] as string };
+  const authorization = req.headers.authorization;
+  if (authorization !== undefined) headers.authorization = authorization;
+  return headers;
+}
+
+/** Check 1 passed: the request names one client. */
+export function markIdentified(req: FastifyRequest): void {
+  identified.add(req);
+}
+
+/**
+ * The error to answer for a /v1 request the gateway refused on its own: the
+ * LinkService's authentication refusal when there is one, else `err`.
+ */
+export async function authenticationFirst(req: FastifyRequest, clients: Clients, err: unknown): Promise<unknown> {
+  if (!identified.has(req) || forwarded.has(req)) return err;
+  try {
+    await clients.links.getCaller({}, { headers: callerHeaders(req) });
+  } catch (refusal) {
+    if (refusal instanceof ConnectError && (refusal.code === Code.Unauthenticated || refusal.code === Code.PermissionDenied)) {
+      return refusal;
+    }
+  }
+  return err;
+}
