@@ -20,7 +20,9 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
   app.register(
     async (v1) => {
       // Check 1 of the contract, before the body is read or parsed.
-      v1.addHook("onRequest", async (req) => {
+      v1.addHook("onRequest", async (req, reply) => {
+        // Answers carry links, and links carry metadata.api_key: no cache may keep one.
+        reply.header("cache-control", "no-store");
         if (!hasClientId(req)) throw clientIdRequired();
         // Node joins repeated headers with ", ", which would name a third client.
         const names = req.raw.rawHeaders.filter((_, i) => i % 2 === 0);

@@ -72,9 +72,9 @@ export async function startStack(opts: StackOptions = {}) {
   return {
     auth,
     /** The headers that name and, in api-key mode, prove a client. */
-    async merchantHeaders(clientId: string): Promise<Record<string, string>> {
+    async merchantHeaders(clientId: string, given: Record<string, string> = {}): Promise<Record<string, string>> {
       const headers: Record<string, string> = { "client-id": clientId };
-      if (auth === "api-key") headers.authorization = `Bearer ${await secretFor(clientId)}`;
+      if (auth === "api-key" && !("authorization" in given)) headers.authorization = `Bearer ${await secretFor(clientId)}`;
       return headers;
     },
     clock,
@@ -103,7 +103,7 @@ export async function api(
   const headers: Record<string, string> = { ...opts.headers };
   if (opts.clientId !== null) {
     const clientId = opts.clientId ?? "client-a";
-    const merchant = stack.merchantHeaders ? await stack.merchantHeaders(clientId) : { "client-id": clientId };
+    const merchant = stack.merchantHeaders ? await stack.merchantHeaders(clientId, headers) : { "client-id": clientId };
     for (const [name, value] of Object.entries(merchant)) headers[name] ??= value;
   }
   let body: string | undefined = opts.rawBody;
