@@ -120,7 +120,7 @@ describe("REST in api-key mode", () => {
 
   it.each([
     ["missing", {}],
-    ["not Bearer", { authorization: `Basic ${secret}` }],
+    ["not Bearer", { authorization: "Basic YWxhZGRpbjpvcGVuc2VzYW1l" }],
     ["malformed", { authorization: "Bearer sk_test_short" }],
     ["of the other environment", { authorization: `Bearer sk_live_${"a".repeat(32)}` }],
     ["unknown", { authorization: `Bearer sk_test_${"a".repeat(32)}` }],
@@ -184,7 +184,7 @@ describe("gRPC in api-key mode", () => {
 
 describe("the admin service", () => {
   it("answers only to ADMIN_TOKEN", async () => {
-    for (const headers of [{}, { authorization: "Bearer wrong" }, { authorization: `Bearer ${ADMIN_TOKEN}x` }]) {
+    for (const headers of [{}, { authorization: "Bearer wrong" }, { authorization: `Bearer ${ADMIN_TOKEN}x` }] as Record<string, string>[]) {
       await expect(admin.listApiKeys({ clientId: "x" }, { headers })).rejects.toMatchObject({ code: Code.Unauthenticated });
     }
     await expect(admin.revokeApiKey({ id: "key-nope" }, asAdmin)).rejects.toMatchObject({ code: Code.NotFound });
