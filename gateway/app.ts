@@ -4,12 +4,14 @@
 import { randomUUID } from "node:crypto";
 import { STATUS_CODES } from "node:http";
 import Fastify, { type LogLevel, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
+import type { RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
 import { registerCheckout } from "./checkout/routes.js";
 import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
 import { authenticationFirst } from "./caller.js";
 import type { Clients } from "./clients.js";
+import { registerRateLimits } from "./rate-limits.js";
 import { hasClientId, registerRest } from "./rest.js";
 
 const BODY_LIMIT = 64 * 1024;
@@ -18,6 +20,12 @@ export interface GatewayDeps {
   clients: Clients;
   logger: Logger;
   paylinkEnv: "test" | "production";
+  /** Per client on /v1; off when absent. */
+  rateLimitClient?: RateLimit;
+  /** Per address on pay; off when absent. */
+  rateLimitPay?: RateLimit;
+  /** REQUEST_TIMEOUT: a request (its body included) must arrive within it. */
+  requestTimeoutMs?: number;
 }
 
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
@@ -100,8 +108,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
     },
   }, probe);
-  registerRest(app, deps);
-  registerCheckout(app, deps);
+  registerRateLimits(app);
+  app.register(async (routes) => {
+    registerRest(routes, deps);
+    registerCheckout(routes, deps);
+  });
   return app;
 }
 
@@ -119,7 +130,7 @@ export function route(
   app: FastifyInstance,
   url: string,
   handlers: Partial<Record<"GET" | "POST", Handler>>,
-  options: { logLevel?: LogLevel } = {},
+  options: { logLevel?: LogLevel; config?: object } = {},
 ): void {
   const allowed = Object.keys(handlers) as ("GET" | "POST")[];
   for (const method of allowed) app.route({ method, url, handler: handlers[method]!, ...options });

@@ -8,6 +8,7 @@
 import type { FastifyRequest } from "fastify";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Clients } from "./clients.js";
+import { httpErrorOf } from "./errors.js";
 
 const forwarded = new WeakSet<FastifyRequest>();
 const identified = new WeakSet<FastifyRequest>();
@@ -32,6 +33,8 @@ export function markIdentified(req: FastifyRequest): void {
  */
 export async function authenticationFirst(req: FastifyRequest, clients: Clients, err: unknown): Promise<unknown> {
   if (!identified.has(req) || forwarded.has(req)) return err;
+  // Only the contract's checks 2 to 5: a 429 must stay cheap, and a 404 or 405 comes first.
+  if (![400, 413, 415].includes(httpErrorOf(err)?.status ?? 0)) return err;
   try {
     await clients.links.getCaller({}, { headers: callerHeaders(req) });
   } catch (refusal) {

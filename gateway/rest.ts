@@ -8,14 +8,16 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "./app.js";
 import { callerHeaders, markIdentified } from "./caller.js";
+import { clientKey, limitFor } from "./rate-limits.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
 
-export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): void {
+export function registerRest(app: FastifyInstance, { clients, rateLimitClient }: GatewayDeps): void {
   const { links } = clients;
+  const limited = limitFor(rateLimitClient, clientKey);
 
   app.register(
     async (v1) => {
@@ -59,7 +61,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           );
           return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
         },
-      });
+      }, limited);
 
       route(v1, "/links/:id", {
         async GET(req, reply) {
@@ -70,7 +72,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           if (refused) throw refused;
           return sendLink(reply, link!);
         },
-      });
+      }, limited);
 
       route(v1, "/links/:id/expire", {
         async POST(req, reply) {
@@ -78,7 +80,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           const { link } = await links.expireLink({ id: idOf(req) }, { headers: callerHeaders(req) });
           return sendLink(reply, link!);
         },
-      });
+      }, limited);
     },
     { prefix: "/v1" },
   );

@@ -2,7 +2,7 @@
 // (port 0), against the run's real Postgres, with a clock the test controls.
 import { inject } from "vitest";
 import { pino } from "pino";
-import { startGateway } from "../../gateway/server.js";
+import { type GatewayOptions, startGateway } from "../../gateway/server.js";
 import { createSandboxProcessor } from "../../services/links/processor.js";
 import { createDb } from "../../services/links/db.js";
 import { hashSecret, newSecret } from "../../services/links/auth.js";
@@ -23,6 +23,8 @@ export interface StackOptions {
   /** PAYLINK_AUTH; default the PAYLINK_AUTH of the test run, else client-id. */
   auth?: AuthMode;
   adminToken?: string;
+  /** Gateway settings beyond the defaults (rate limits are off unless given). */
+  gateway?: Pick<GatewayOptions, "rateLimitClient" | "rateLimitPay" | "requestTimeoutMs">;
 }
 
 /** The PAYLINK_AUTH a test run's stacks use unless a test says otherwise. */
@@ -50,7 +52,7 @@ export async function startStack(opts: StackOptions = {}) {
     adminToken: opts.adminToken,
   });
   const linksUrl = `http://127.0.0.1:${links.port}`;
-  const gateway = await startGateway({ linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger });
+  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger });
   const gatewayUrl = `http://127.0.0.1:${gateway.port}`;
   // In api-key mode every client the tests name gets a key of its own.
   const secrets = new Map<string, Promise<string>>();
