@@ -1,5 +1,6 @@
 // The merchant's REST API under /v1: JSON in, LinkService calls, JSON out.
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { Readable } from "node:stream";
+import type { FastifyInstance, FastifyReply, FastifyRequest, RequestPayload } from "fastify";
 import { create } from "@bufbuild/protobuf";
 import {
   type Link,
@@ -27,10 +28,7 @@ export function registerRest(app: FastifyInstance, { clients, rateLimitClient }:
         reply.header("cache-control", "no-store");
         if (!hasClientId(req)) throw clientIdRequired();
         // Node joins repeated headers with ", ", which would name a third client.
-        const names = req.raw.rawHeaders.filter((_, i) => i % 2 === 0);
-        if (names.filter((name) => name.toLowerCase() === "client-id").length > 1) {
-          throw badRequest("Client ID header must be given once");
-        }
+        if (headerCount(req, "client-id") > 1) throw badRequest("Client ID header must be given once");
         markIdentified(req);
         // An empty body is no body, whatever its label: POST .../expire
         // needs none, and check 2 is for POSTs that carry one.
@@ -43,6 +41,8 @@ export function registerRest(app: FastifyInstance, { clients, rateLimitClient }:
       route(v1, "/links", {
         async POST(req, reply) {
           if (!isObject(req.body)) throw badRequest(INVALID_JSON);
+          // Joined, two keys would make a third that matches neither request.
+          if (headerCount(req, "idempotency-key") > 1) throw badRequest("Idempotency-Key header must be given once");
           const key = req.headers["idempotency-key"];
           const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
           const res = await links.createLink(request, { headers: callerHeaders(req) });
@@ -80,7 +80,7 @@ export function registerRest(app: FastifyInstance, { clients, rateLimitClient }:
           const { link } = await links.expireLink({ id: idOf(req) }, { headers: callerHeaders(req) });
           return sendLink(reply, link!);
         },
-      }, limited);
+      }, { ...limited, preParsing: emptyChunkedIsNoBody });
     },
     { prefix: "/v1" },
   );
@@ -92,6 +92,34 @@ export function hasClientId(req: FastifyRequest): boolean {
 }
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
+
+/**
+ * A chunked body that turns out to be empty is no body, like one of length
+ * 0: POST .../expire needs none, whatever its Content-Type says.
+ */
+async function emptyChunkedIsNoBody(req: FastifyRequest, _reply: FastifyReply, payload: RequestPayload) {
+  if (req.headers["transfer-encoding"] === undefined) return payload;
+  const chunks = payload[Symbol.asyncIterator]();
+  const first = await chunks.next();
+  if (first.done) {
+    delete req.headers["content-type"];
+    delete req.headers["transfer-encoding"];
+    return payload;
+  }
+  return Readable.from(
+    (async function* () {
+      yield first.value;
+      for (let next = await chunks.next(); !next.done; next = await chunks.next()) yield next.value;
+    })(),
+    { objectMode: false },
+  );
+}
+
+function headerCount(req: FastifyRequest, name: string): number {
+  let n = 0;
+  for (let i = 0; i < req.raw.rawHeaders.length; i += 2) if (req.raw.rawHeaders[i]!.toLowerCase() === name) n++;
+  return n;
+}
 
 function sendLink(reply: FastifyReply, link: Link): FastifyReply {
   return reply.type("application/json; charset=utf-8").send(linkToJson(link));

@@ -3,6 +3,7 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import "./text-decoding.js";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
 import { AdminService } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
