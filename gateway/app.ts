@@ -38,8 +38,14 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const app = Fastify({
     // A request, its body included, must arrive within REQUEST_TIMEOUT; Node
     // looks for late ones every second (every 30 by default).
+    // (Node enforces it only when the server is made with it, and only with a
+    // head timeout no longer than it.)
     requestTimeout,
-    http: { connectionsCheckingInterval: Math.min(1000, requestTimeout) } as object,
+    http: {
+      requestTimeout,
+      headersTimeout: Math.min(60_000, requestTimeout),
+      connectionsCheckingInterval: Math.min(1000, requestTimeout),
+    } as object,
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit: BODY_LIMIT,
     // Our own id on every request; a caller's id is kept when it is sane.

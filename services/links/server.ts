@@ -71,7 +71,17 @@ export async function startLinksServer(opts: LinksServerOptions) {
       router.service(Health, createHealthService(() => ping(db)));
     },
   });
-  const server = http2.createServer(handler);
+  const server = http2.createServer((req, res) => {
+    // Answered before the request was read to its end (a message over
+    // MAX_MESSAGE_BYTES, say): after a moment for the client to read the
+    // answer the stream is reset, so the client stops sending; otherwise it
+    // stays half open and a drain waits for it forever.
+    req.stream.once("finish", () => {
+      if (req.readableEnded || req.stream.destroyed) return;
+      setTimeout(() => req.stream.destroy(), 1000).unref();
+    });
+    handler(req, res);
+  });
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
     sessions.add(session);
