@@ -11,7 +11,7 @@ import { registerCheckout } from "./checkout/routes.js";
 import { statusPage } from "./checkout/status-page.js";
 import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
-import { authenticationFirst } from "./caller.js";
+import { authenticationFirst, callerRefusal } from "./caller.js";
 import type { Clients } from "./clients.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { hasClientId, registerRest } from "./rest.js";
@@ -60,11 +60,14 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     routerOptions: { maxParamLength: 16 * 1024 },
     // The router refuses a path parameter it cannot percent-decode before any
     // hook runs; answer in the contract's words all the same.
-    frameworkErrors: (_err, req, reply) => {
+    frameworkErrors: async (_err, req, reply) => {
       reply.header("x-request-id", req.id);
       if (req.url.startsWith("/v1/") && !hasClientId(req)) {
         return sendError(reply, httpErrorOf(clientIdRequired())!);
       }
+      // The key is judged before the link (check 6), as for any other id.
+      const refusal = req.url.startsWith("/v1/") ? await callerRefusal(req, deps.clients) : undefined;
+      if (refusal) return sendError(reply.header("cache-control", "no-store"), httpErrorOf(refusal)!);
       // An id that cannot be decoded names no link (check 6).
       // A customer gets the checkout's page, never a JSON body.
       if (req.url.startsWith("/link/")) {

@@ -35,6 +35,11 @@ export async function authenticationFirst(req: FastifyRequest, clients: Clients,
   if (!identified.has(req) || forwarded.has(req)) return err;
   // Only the contract's checks 2 to 5: a 429 must stay cheap, and a 404 or 405 comes first.
   if (![400, 413, 415].includes(httpErrorOf(err)?.status ?? 0)) return err;
+  return (await callerRefusal(req, clients)) ?? err;
+}
+
+/** The LinkService's refusal of the caller's credentials, if it refuses them. */
+export async function callerRefusal(req: FastifyRequest, clients: Clients): Promise<ConnectError | undefined> {
   try {
     await clients.links.getCaller({}, { headers: callerHeaders(req) });
   } catch (refusal) {
@@ -42,5 +47,5 @@ export async function authenticationFirst(req: FastifyRequest, clients: Clients,
       return refusal;
     }
   }
-  return err;
+  return undefined;
 }

@@ -154,6 +154,15 @@ describe("REST in api-key mode", () => {
     expect(valid.status).toBe(415);
   });
 
+  it("judges the key before the link, even for an id the router cannot decode", async () => {
+    for (const id of ["lnk-00000000-0000-7000-8000-000000000000", "%E0%A4%A"]) {
+      const res = await rest(stack, "GET", `/v1/links/${id}`, { clientId: "auth-rest" });
+      expect(res, id).toMatchObject({ status: 401, body: { error: "Invalid API key" } });
+      const found = await rest(stack, "GET", `/v1/links/${id}`, { clientId: "auth-rest", headers: bearer(secret) });
+      expect(found, id).toMatchObject({ status: 404, body: { error: "Link not found" } });
+    }
+  });
+
   it("leaves the customer's checkout and pay without a key", async () => {
     const created = await create("auth-rest", bearer(secret));
     const page = await fetch(`${stack.gatewayUrl}/link/${created.body.id}`);
