@@ -31,6 +31,8 @@ export interface GatewayDeps {
   rateLimitPay?: RateLimit;
   /** REQUEST_TIMEOUT: a request (its body included) must arrive within it. */
   requestTimeoutMs?: number;
+  /** TRUST_PROXY: proxies whose X-Forwarded-For names the client's address (the pay limit counts by it). */
+  trustProxy?: string[];
 }
 
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
@@ -41,6 +43,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // (Node enforces it only when the server is made with it, and only with a
     // head timeout no longer than it.)
     requestTimeout,
+    trustProxy: deps.trustProxy ?? false,
     http: {
       requestTimeout,
       headersTimeout: Math.min(60_000, requestTimeout),

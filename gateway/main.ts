@@ -11,6 +11,7 @@ await runMain("gateway", async (config, logger) => {
     rateLimitClient: config.rateLimitClient,
     rateLimitPay: config.rateLimitPay,
     requestTimeoutMs: config.requestTimeoutMs,
+    trustProxy: config.trustProxy,
   });
   logger.info({ port: gateway.port, linksUrl: config.linksUrl, publicBaseUrl: config.publicBaseUrl }, "gateway listening");
   return gateway;

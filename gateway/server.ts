@@ -12,6 +12,7 @@ export interface GatewayOptions {
   rateLimitClient?: RateLimit;
   rateLimitPay?: RateLimit;
   requestTimeoutMs?: number;
+  trustProxy?: string[];
 }
 
 export async function startGateway(opts: GatewayOptions) {

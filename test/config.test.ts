@@ -44,6 +44,7 @@ describe("loadConfig", () => {
     ["REQUEST_TIMEOUT", "5s,10s"],
     ["NATS_PREFIX", "has.dot"],
     ["NATS_STREAM_REPLICAS", "two"],
+    ["TRUST_PROXY", "10.0.0.0/8, proxy.internal"],
   ])("refuses %s=%s with a message naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name} `));
@@ -60,6 +61,7 @@ describe("loadConfig", () => {
       natsStreamReplicas: 1,
     });
     expect(loadConfig({ PAYLINK_ENV: "production" }).auth).toBe("api-key");
+    expect(loadConfig({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,::1" }).trustProxy).toEqual(["10.0.0.0/8", "192.168.1.7", "::1"]);
     expect(loadConfig({ PAYLINK_ENV: "production", PAYLINK_AUTH: "client-id" }).auth).toBe("client-id");
     expect(loadConfig({ RATE_LIMIT_CLIENT: "off", RATE_LIMIT_PAY: "5/s", REQUEST_TIMEOUT: "2m" })).toMatchObject({
       rateLimitClient: undefined,

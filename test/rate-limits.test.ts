@@ -42,6 +42,23 @@ describe("per address on pay", () => {
     }
     expect(statuses).toEqual([404, 404, 404, 404, 404, 404, 429]);
   });
+
+  it("counts by X-Forwarded-For only from a trusted proxy (TRUST_PROXY)", async () => {
+    const proxied = await startStack({ gateway: { rateLimitPay: { max: 1, windowMs: 60_000 }, trustProxy: ["127.0.0.1"] } });
+    try {
+      const pay = (customer: string) =>
+        api(proxied, "POST", "/link/lnk-nope/pay", {
+          clientId: null,
+          body: { payment_method: "bank_transfer" },
+          headers: { "x-forwarded-for": customer },
+        });
+      expect([(await pay("203.0.113.1")).status, (await pay("203.0.113.1")).status, (await pay("203.0.113.1")).status]).toEqual([404, 404, 429]);
+      // Another customer behind the same proxy has a budget of its own.
+      expect((await pay("203.0.113.2")).status).toBe(404);
+    } finally {
+      await proxied.close();
+    }
+  });
 });
 
 describe("per link, across LinkService copies", () => {

@@ -1,3 +1,5 @@
+import { isIP } from "node:net";
+
 // Every setting of CONTRACT.md, parsed and checked once at start-up. A bad
 // value throws a ConfigError naming the variable, and the entry point exits.
 
@@ -30,6 +32,8 @@ export interface Config {
   /** Names the JetStream streams, subjects and durable consumer. */
   natsPrefix: string;
   natsStreamReplicas: number;
+  /** Addresses or CIDR ranges of proxies whose X-Forwarded-For the gateway believes; none when absent. */
+  trustProxy: string[] | undefined;
 }
 
 export type AuthMode = "client-id" | "api-key";
@@ -72,6 +76,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     requestTimeoutMs: duration(env, "REQUEST_TIMEOUT", "30s"),
     natsPrefix: natsPrefix(env),
     natsStreamReplicas: replicas(env),
+    trustProxy: trustProxy(env),
   };
 }
 
@@ -167,4 +172,18 @@ function replicas(env: NodeJS.ProcessEnv): number {
   const raw = optional(env, "NATS_STREAM_REPLICAS") ?? "1";
   if (!/^[1-5]$/.test(raw)) throw new ConfigError(`NATS_STREAM_REPLICAS must be an integer from 1 to 5; got "${raw}"`);
   return Number(raw);
+}
+
+function trustProxy(env: NodeJS.ProcessEnv): string[] | undefined {
+  const raw = optional(env, "TRUST_PROXY");
+  if (raw === undefined) return undefined;
+  const parts = raw.split(",").map((part) => part.trim());
+  for (const part of parts) {
+    const [address, bits, extra] = part.split("/");
+    const valid = extra === undefined && isIP(address ?? "") !== 0 && (bits === undefined || /^\d{1,3}$/.test(bits));
+    if (!valid) {
+      throw new ConfigError(`TRUST_PROXY must be a comma-separated list of IP addresses or CIDR ranges; got "${raw}"`);
+    }
+  }
+  return parts;
 }
