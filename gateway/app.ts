@@ -38,10 +38,10 @@ export interface GatewayDeps {
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const requestTimeout = deps.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   const app = Fastify({
-    // A request, its body included, must arrive within REQUEST_TIMEOUT; Node
-    // looks for late ones every second (every 30 by default).
-    // (Node enforces it only when the server is made with it, and only with a
-    // head timeout no longer than it.)
+    // A request, its body included, must arrive within REQUEST_TIMEOUT. Node
+    // enforces it only when the server is made with it (and a head timeout
+    // no longer than it), and looks for late requests every second here
+    // rather than every 30.
     requestTimeout,
     trustProxy: deps.trustProxy ?? false,
     http: {
@@ -71,11 +71,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       // The key is judged before the link (check 6), as for any other id.
       const refusal = req.url.startsWith("/v1/") ? await callerRefusal(req, deps.clients) : undefined;
       if (refusal) return sendError(reply.header("cache-control", "no-store"), httpErrorOf(refusal)!);
-      // An id that cannot be decoded names no link (check 6).
       // A customer gets the checkout's page, never a JSON body.
       if (req.url.startsWith("/link/")) {
         return sendPage(reply, 404, statusPage(404, { testMode: deps.paylinkEnv === "test" }));
       }
+      // An id that cannot be decoded names no link (check 6).
       const notFound = req.url.startsWith("/v1/links/") ? "Link not found" : "Not found";
       return sendError(reply, { status: 404, message: notFound });
     },

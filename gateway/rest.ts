@@ -15,7 +15,6 @@ import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
-
 export function registerRest(app: FastifyInstance, { clients, rateLimitClient }: GatewayDeps): void {
   const { links } = clients;
   const limited = limitFor(rateLimitClient, clientKey);
