@@ -1,13 +1,30 @@
 import { defineConfig } from "vitest/config";
 
+// The REST contract runs twice: in the spec's client-id mode, with every
+// other suite, and again with PAYLINK_AUTH=api-key, where the stack gives
+// each client a secret key and sends it (test/support/stack.ts).
+const REST_CONTRACT = [
+  "test/create-link.test.ts",
+  "test/get-link.test.ts",
+  "test/merchant-ops.test.ts",
+  "test/http-edges.test.ts",
+  "test/checkout.test.ts",
+  "test/payments.test.ts",
+  "test/hardening.test.ts",
+  "test/rate-limits.test.ts",
+];
+
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     globalSetup: ["test/support/global-setup.ts"],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Test files share one machine's Postgres and NATS; two at a time keeps
     // the 2-core CI machine responsive.
     maxWorkers: 2,
+    projects: [
+      { extends: true, test: { name: "client-id", include: ["test/**/*.test.ts"] } },
+      { extends: true, test: { name: "api-key", include: REST_CONTRACT, env: { PAYLINK_AUTH: "api-key" } } },
+    ],
   },
 });

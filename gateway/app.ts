@@ -2,25 +2,53 @@
 // 404/405, and the REST and checkout routes. Its only dependency is a
 // LinkService client, handed in.
 import { randomUUID } from "node:crypto";
-import { STATUS_CODES } from "node:http";
-import Fastify, { type LogLevel, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
+import { METHODS, STATUS_CODES } from "node:http";
+import Fastify, { type RouteOptions, type LogLevel, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
+import type { RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
+import { sendPage } from "./checkout/layout.js";
 import { registerCheckout } from "./checkout/routes.js";
+import { statusPage } from "./checkout/status-page.js";
 import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
+import { authenticationFirst, callerRefusal } from "./caller.js";
 import type { Clients } from "./clients.js";
+import { registerRateLimits } from "./rate-limits.js";
 import { hasClientId, registerRest } from "./rest.js";
 
 const BODY_LIMIT = 64 * 1024;
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+/** Every method Node's parser accepts but CONNECT (which never reaches a route). */
+const ALL_METHODS = METHODS.filter((m) => m !== "CONNECT");
 
 export interface GatewayDeps {
   clients: Clients;
   logger: Logger;
   paylinkEnv: "test" | "production";
+  /** Per client on /v1; off when absent. */
+  rateLimitClient?: RateLimit;
+  /** Per address on pay; off when absent. */
+  rateLimitPay?: RateLimit;
+  /** REQUEST_TIMEOUT: a request (its body included) must arrive within it. */
+  requestTimeoutMs?: number;
+  /** TRUST_PROXY: proxies whose X-Forwarded-For names the client's address (the pay limit counts by it). */
+  trustProxy?: string[];
 }
 
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
+  const requestTimeout = deps.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   const app = Fastify({
+    // A request, its body included, must arrive within REQUEST_TIMEOUT. Node
+    // enforces it only when the server is made with it (and a head timeout
+    // no longer than it), and looks for late requests every second here
+    // rather than every 30.
+    requestTimeout,
+    trustProxy: deps.trustProxy ?? false,
+    http: {
+      requestTimeout,
+      headersTimeout: Math.min(60_000, requestTimeout),
+      connectionsCheckingInterval: Math.min(1000, requestTimeout),
+    } as object,
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit: BODY_LIMIT,
     // Our own id on every request; a caller's id is kept when it is sane.
@@ -35,10 +63,17 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     routerOptions: { maxParamLength: 16 * 1024 },
     // The router refuses a path parameter it cannot percent-decode before any
     // hook runs; answer in the contract's words all the same.
-    frameworkErrors: (_err, req, reply) => {
+    frameworkErrors: async (_err, req, reply) => {
       reply.header("x-request-id", req.id);
       if (req.url.startsWith("/v1/") && !hasClientId(req)) {
         return sendError(reply, httpErrorOf(clientIdRequired())!);
+      }
+      // The key is judged before the link (check 6), as for any other id.
+      const refusal = req.url.startsWith("/v1/") ? await callerRefusal(req, deps.clients) : undefined;
+      if (refusal) return sendError(reply.header("cache-control", "no-store"), httpErrorOf(refusal)!);
+      // A customer gets the checkout's page, never a JSON body.
+      if (req.url.startsWith("/link/")) {
+        return sendPage(reply, 404, statusPage(404, { testMode: deps.paylinkEnv === "test" }));
       }
       // An id that cannot be decoded names no link (check 6).
       const notFound = req.url.startsWith("/v1/links/") ? "Link not found" : "Not found";
@@ -48,9 +83,14 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // line) never reach a route; they too get the contract's error body.
     clientErrorHandler: (err, socket) => {
       if (!socket.writable) return socket.destroy();
-      const tooLarge = (err as { code?: string }).code === "HPE_HEADER_OVERFLOW";
-      const status = tooLarge ? 431 : 400;
-      const body = JSON.stringify({ error: tooLarge ? "Request header fields too large" : "Malformed HTTP request" });
+      const code = (err as { code?: string }).code;
+      const { status, message } =
+        code === "HPE_HEADER_OVERFLOW"
+          ? { status: 431, message: "Request header fields too large" }
+          : code === "ERR_HTTP_REQUEST_TIMEOUT"
+            ? { status: 408, message: "Request timeout" }
+            : { status: 400, message: "Malformed HTTP request" };
+      const body = JSON.stringify({ error: message });
       socket.end(
         `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
           `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
@@ -58,8 +98,22 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     },
   });
 
+  // WebDAV and the other methods Node parses, so that a known path answers
+  // them with 405 rather than 404.
+  for (const method of ALL_METHODS) {
+    if (!app.supportedMethods.includes(method)) app.addHttpMethod(method, { hasBody: true });
+  }
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
+  });
+  // After every onRequest check (Client-Id first), before the body is read:
+  // a compressed body is not JSON we could check.
+  app.addHook("preParsing", async (req, _reply, payload) => {
+    const encoding = req.headers["content-encoding"];
+    if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
+      throw Object.assign(new Error("Content-Encoding must be identity"), { statusCode: 415 });
+    }
+    return payload;
   });
   // Fastify would parse text/plain too; the contract takes JSON only (415).
   app.removeContentTypeParser("text/plain");
@@ -78,7 +132,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     parseJson(req, text, done);
   });
 
-  app.setErrorHandler((err: unknown, req, reply) => {
+  app.setErrorHandler(async (thrown: unknown, req, reply) => {
+    const err = await authenticationFirst(req, deps.clients, thrown);
     const known = httpErrorOf(err);
     if (known) {
       if (known.status >= 500) req.log.warn({ err }, "request failed");
@@ -98,25 +153,28 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
     },
   }, probe);
-  registerRest(app, deps);
-  registerCheckout(app, deps);
+  registerRateLimits(app);
+  app.register(async (routes) => {
+    registerRest(routes, deps);
+    registerCheckout(routes, deps);
+  });
   return app;
 }
 
 
 export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
+  if (error.headers) reply.headers(error.headers);
   return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-const ALL_METHODS: HTTPMethods[] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
 /** Registers a path's handlers; every other method answers 405 with Allow. */
 export function route(
   app: FastifyInstance,
   url: string,
   handlers: Partial<Record<"GET" | "POST", Handler>>,
-  options: { logLevel?: LogLevel } = {},
+  options: { logLevel?: LogLevel; config?: object; preParsing?: RouteOptions["preParsing"] } = {},
 ): void {
   const allowed = Object.keys(handlers) as ("GET" | "POST")[];
   for (const method of allowed) app.route({ method, url, handler: handlers[method]!, ...options });
@@ -125,8 +183,10 @@ export function route(
   const allow = served.join(", ");
   const others = ALL_METHODS.filter((m) => !served.includes(m));
   app.route({
-    method: others,
+    method: others as HTTPMethods[],
     url,
-    handler: async (_req, reply) => sendError(reply.header("allow", allow), { status: 405, message: "Method not allowed" }),
+    // Judged before any body is read: an OPTIONS with a JSON label is a 405, not a 400.
+    onRequest: async (_req, reply) => sendError(reply.header("allow", allow), { status: 405, message: "Method not allowed" }),
+    handler: async () => undefined,
   });
 }

@@ -19,6 +19,13 @@ import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 // the next batch; more only makes the batches smaller.
 const BATCHING = { maxInFlight: 2, maxBatch: 256 };
 
+/** Who a call speaks for: a batch item carries it as fields, a single call as headers. */
+export interface Caller {
+  clientId: string;
+  /** The Authorization header as given; absent when none was. */
+  authorization?: string;
+}
+
 export function createClients(linksUrl: string) {
   // One HTTP/2 session, kept alive with pings, multiplexes every call. It
   // asks for no compression: batches pass 1 KiB, where the server would
@@ -28,24 +35,25 @@ export function createClients(linksUrl: string) {
   const links = createClient(LinkService, transport);
   const health = createClient(Health, transport);
 
-  const gets = createBatcher<{ clientId: string; id: string }, GetLinkResponse>(
+  const gets = createBatcher<{ caller: Caller; id: string }, GetLinkResponse>(
     async (items) =>
       results(
         items.length,
-        (await links.batchGetLinks({ items: items.map(({ clientId, id }) => ({ clientId, request: { id } })) })).results,
+        (await links.batchGetLinks({ items: items.map(({ caller, id }) => ({ ...caller, request: { id } })) })).results,
       ),
     BATCHING,
   );
-  const creates = createBatcher<{ clientId: string; request: CreateLinkRequest }, CreateLinkResponse>(
-    async (items) => results(items.length, (await links.batchCreateLinks({ items })).results),
+  const creates = createBatcher<{ caller: Caller; request: CreateLinkRequest }, CreateLinkResponse>(
+    async (items) =>
+      results(items.length, (await links.batchCreateLinks({ items: items.map(({ caller, request }) => ({ ...caller, request })) })).results),
     BATCHING,
   );
 
   return {
     links,
     close: () => transport.close(),
-    getLink: (clientId: string, id: string) => gets.add({ clientId, id }),
-    createLink: (clientId: string, request: CreateLinkRequest) => creates.add({ clientId, request }),
+    getLink: (caller: Caller, id: string) => gets.add({ caller, id }),
+    createLink: (caller: Caller, request: CreateLinkRequest) => creates.add({ caller, request }),
     async ready(): Promise<boolean> {
       try {
         const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: 2_000 });

@@ -8,6 +8,7 @@ import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
 export interface HttpError {
   status: number;
   message: string;
+  headers?: Record<string, string>;
 }
 
 const BY_REASON: Record<string, number> = {
@@ -20,6 +21,17 @@ const BY_REASON: Record<string, number> = {
   PROCESSOR_UNAVAILABLE: 503,
   LINK_HAS_NO_WEBHOOK: 409,
 };
+
+/** Reasons whose answer carries headers too. */
+const BY_REASON_SPECIAL: Record<string, (metadata: Record<string, string>) => HttpError> = {
+  PAYMENT_ATTEMPTS_EXCEEDED: (metadata) => tooManyRequests(Number(metadata.retry_after_seconds) || 1),
+};
+
+export const tooManyRequests = (retryAfterSeconds: number): HttpError => ({
+  status: 429,
+  message: "Too many requests",
+  headers: { "retry-after": String(Math.max(1, Math.ceil(retryAfterSeconds))) },
+});
 
 const BY_CODE: Partial<Record<Code, number>> = {
   [Code.InvalidArgument]: 400,
@@ -54,7 +66,12 @@ export function httpErrorOf(err: unknown): HttpError | undefined {
 
 /** The HTTP answer for an RPC error, or undefined when it is a server fault to log. */
 export function httpErrorFromRpc(err: ConnectError): HttpError | undefined {
-  const reason = err.findDetails(ErrorInfoSchema)[0]?.reason;
+  const info = err.findDetails(ErrorInfoSchema)[0];
+  const reason = info?.reason;
+  if (reason && BY_REASON_SPECIAL[reason]) return BY_REASON_SPECIAL[reason](info!.metadata);
+  if (err.code === Code.Unauthenticated) {
+    return { status: 401, message: err.rawMessage, headers: { "www-authenticate": "Bearer" } };
+  }
   const status = (reason && BY_REASON[reason]) || BY_CODE[err.code];
   if (status) return { status, message: err.rawMessage };
   // The LinkService could not be reached or gave up: worth a retry.

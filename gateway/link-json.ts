@@ -115,7 +115,8 @@ function linkDataFromJson(value: unknown): MessageInitShape<typeof LinkDataSchem
   if (data.amount === undefined) throw badRequest("data.amount is required");
   const amount = fields(data.amount, "data.amount", ["value", "currency"]);
   const rawCurrency = string(amount.currency, "data.amount.currency") ?? "";
-  const currency = rawCurrency.toUpperCase();
+  // Only ASCII letters are uppercased here: the LinkService refuses anything else as a currency.
+  const currency = /^[A-Za-z]{3}$/.test(rawCurrency) ? rawCurrency.toUpperCase() : rawCurrency;
   const items = array(data.items, "data.items", "data.items must contain 1 to 100 items");
   const methods = array(
     data.allowed_payment_methods,

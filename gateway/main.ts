@@ -8,6 +8,10 @@ await runMain("gateway", async (config, logger) => {
     port: config.gatewayPort,
     paylinkEnv: config.env,
     logger,
+    rateLimitClient: config.rateLimitClient,
+    rateLimitPay: config.rateLimitPay,
+    requestTimeoutMs: config.requestTimeoutMs,
+    trustProxy: config.trustProxy,
   });
   logger.info({ port: gateway.port, linksUrl: config.linksUrl, publicBaseUrl: config.publicBaseUrl }, "gateway listening");
   return gateway;

@@ -1,5 +1,6 @@
 // The merchant's REST API under /v1: JSON in, LinkService calls, JSON out.
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { Readable } from "node:stream";
+import type { FastifyInstance, FastifyReply, FastifyRequest, RequestPayload } from "fastify";
 import { create } from "@bufbuild/protobuf";
 import {
   type Link,
@@ -7,29 +8,28 @@ import {
   ListLinksRequestSchema,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "./app.js";
+import { asCaller, caller, markIdentified } from "./caller.js";
+import { clientKey, limitFor } from "./rate-limits.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { linkEventToJson, paymentToJson } from "./event-json.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
-const clientIdOf = (req: FastifyRequest) => req.headers["client-id"] as string;
-/** Call options that speak for the request's caller, for the calls that are not batched. */
-const asCaller = (req: FastifyRequest) => ({ headers: { "client-id": clientIdOf(req) } });
-
-export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): void {
+export function registerRest(app: FastifyInstance, { clients, rateLimitClient }: GatewayDeps): void {
   const { links } = clients;
+  const limited = limitFor(rateLimitClient, clientKey);
 
   app.register(
     async (v1) => {
       // Check 1 of the contract, before the body is read or parsed.
-      v1.addHook("onRequest", async (req) => {
+      v1.addHook("onRequest", async (req, reply) => {
+        // Answers carry links, and links carry metadata.api_key: no cache may keep one.
+        reply.header("cache-control", "no-store");
         if (!hasClientId(req)) throw clientIdRequired();
         // Node joins repeated headers with ", ", which would name a third client.
-        const names = req.raw.rawHeaders.filter((_, i) => i % 2 === 0);
-        if (names.filter((name) => name.toLowerCase() === "client-id").length > 1) {
-          throw badRequest("Client ID header must be given once");
-        }
+        if (headerCount(req, "client-id") > 1) throw badRequest("Client ID header must be given once");
+        markIdentified(req);
         // An empty body is no body, whatever its label: POST .../expire
         // needs none, and check 2 is for POSTs that carry one.
         const length = req.headers["content-length"];
@@ -41,9 +41,11 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
       route(v1, "/links", {
         async POST(req, reply) {
           if (!isObject(req.body)) throw badRequest(INVALID_JSON);
+          // Joined, two keys would make a third that matches neither request.
+          if (headerCount(req, "idempotency-key") > 1) throw badRequest("Idempotency-Key header must be given once");
           const key = req.headers["idempotency-key"];
           const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
-          const res = await clients.createLink(clientIdOf(req), request);
+          const res = await clients.createLink(caller(req), request);
           if (res.replayed) reply.header("idempotent-replayed", "true");
           return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
         },
@@ -59,18 +61,18 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           );
           return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
         },
-      });
+      }, limited);
 
       route(v1, "/links/:id", {
         async GET(req, reply) {
-          const { link } = await clients.getLink(clientIdOf(req), idOf(req));
+          const { link } = await clients.getLink(caller(req), idOf(req));
           // REST shows only payable links here; used and expired ones are
           // the contract's 409 and 410 (the list and gRPC still show them).
           const refused = linkStateError(statusName(link!.status));
           if (refused) throw refused;
           return sendLink(reply, link!);
         },
-      });
+      }, limited);
 
       route(v1, "/links/:id/expire", {
         async POST(req, reply) {
@@ -78,7 +80,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           const { link } = await links.expireLink({ id: idOf(req) }, asCaller(req));
           return sendLink(reply, link!);
         },
-      });
+      }, { ...limited, preParsing: emptyChunkedIsNoBody });
 
       // The link's sub-resources answer in any link status (404 and 403 only).
       route(v1, "/links/:id/payment", {
@@ -86,14 +88,14 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           const { payment } = await links.getPayment({ linkId: idOf(req) }, asCaller(req));
           return reply.send(paymentToJson(payment!));
         },
-      });
+      }, limited);
 
       route(v1, "/links/:id/events", {
         async GET(req, reply) {
           const { events } = await links.listLinkEvents({ linkId: idOf(req) }, asCaller(req));
           return reply.send({ data: events.map(linkEventToJson) });
         },
-      });
+      }, limited);
 
       route(v1, "/links/:id/events/:eventId/redeliver", {
         async POST(req, reply) {
@@ -102,7 +104,7 @@ export function registerRest(app: FastifyInstance, { clients }: GatewayDeps): vo
           const { event } = await links.redeliverEvent({ linkId: idOf(req), eventId }, asCaller(req));
           return reply.code(202).send(linkEventToJson(event!));
         },
-      });
+      }, { ...limited, preParsing: emptyChunkedIsNoBody });
     },
     { prefix: "/v1" },
   );
@@ -118,6 +120,34 @@ const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 /** POSTs that need no body take none, or a JSON object (whose fields they ignore). */
 function refuseNonObjectBody(req: FastifyRequest): void {
   if (req.body !== undefined && !isObject(req.body)) throw badRequest(INVALID_JSON);
+}
+
+/**
+ * A chunked body that turns out to be empty is no body, like one of length
+ * 0: POST .../expire needs none, whatever its Content-Type says.
+ */
+async function emptyChunkedIsNoBody(req: FastifyRequest, _reply: FastifyReply, payload: RequestPayload) {
+  if (req.headers["transfer-encoding"] === undefined) return payload;
+  const chunks = payload[Symbol.asyncIterator]();
+  const first = await chunks.next();
+  if (first.done) {
+    delete req.headers["content-type"];
+    delete req.headers["transfer-encoding"];
+    return payload;
+  }
+  return Readable.from(
+    (async function* () {
+      yield first.value;
+      for (let next = await chunks.next(); !next.done; next = await chunks.next()) yield next.value;
+    })(),
+    { objectMode: false },
+  );
+}
+
+function headerCount(req: FastifyRequest, name: string): number {
+  let n = 0;
+  for (let i = 0; i < req.raw.rawHeaders.length; i += 2) if (req.raw.rawHeaders[i]!.toLowerCase() === name) n++;
+  return n;
 }
 
 function sendLink(reply: FastifyReply, link: Link): FastifyReply {

@@ -40,6 +40,15 @@ describe("loadConfig", () => {
     ["WEBHOOK_RECONCILE_AFTER", "0s"],
     ["WEBHOOK_RECONCILE_AFTER", "5m,10m"],
     ["LOG_LEVEL", "loud"],
+    ["PAYLINK_AUTH", "none"],
+    ["ADMIN_TOKEN", "short"],
+    ["RATE_LIMIT_CLIENT", "100/h"],
+    ["RATE_LIMIT_PAY", "0/s"],
+    ["REQUEST_TIMEOUT", "0s"],
+    ["REQUEST_TIMEOUT", "5s,10s"],
+    ["NATS_PREFIX", "has.dot"],
+    ["NATS_STREAM_REPLICAS", "two"],
+    ["TRUST_PROXY", "10.0.0.0/8, proxy.internal"],
   ])("refuses %s=%s with a message naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name} `));
@@ -49,6 +58,26 @@ describe("loadConfig", () => {
     expect(loadConfig({ WEBHOOK_RECONCILE_AFTER: "90s", INTERNAL_TOKEN: "t0k" })).toMatchObject({
       webhookReconcileAfterMs: 90_000,
       internalToken: "t0k",
+    });
+  });
+
+  it("has the second release's defaults, api-key in production", () => {
+    expect(loadConfig({})).toMatchObject({
+      auth: "client-id",
+      adminToken: undefined,
+      rateLimitClient: { max: 100, windowMs: 1000 },
+      rateLimitPay: { max: 20, windowMs: 60_000 },
+      requestTimeoutMs: 30_000,
+      natsPrefix: "paylink",
+      natsStreamReplicas: 1,
+    });
+    expect(loadConfig({ PAYLINK_ENV: "production" }).auth).toBe("api-key");
+    expect(loadConfig({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,::1" }).trustProxy).toEqual(["10.0.0.0/8", "192.168.1.7", "::1"]);
+    expect(loadConfig({ PAYLINK_ENV: "production", PAYLINK_AUTH: "client-id" }).auth).toBe("client-id");
+    expect(loadConfig({ RATE_LIMIT_CLIENT: "off", RATE_LIMIT_PAY: "5/s", REQUEST_TIMEOUT: "2m" })).toMatchObject({
+      rateLimitClient: undefined,
+      rateLimitPay: { max: 5, windowMs: 1000 },
+      requestTimeoutMs: 120_000,
     });
   });
 

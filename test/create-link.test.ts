@@ -359,7 +359,7 @@ describe("the order of checks", () => {
     // A Uint8Array body makes fetch send no Content-Type at all.
     const res = await fetch(`${stack.gatewayUrl}/v1/links`, {
       method: "POST",
-      headers: { "client-id": "client-a" },
+      headers: await stack.merchantHeaders("client-a"),
       body: new TextEncoder().encode(JSON.stringify(body())),
     });
     expect({ status: res.status, body: await res.json() }).toEqual({ status: 415, body: { error: "Content-Type must be application/json" } });
@@ -384,7 +384,7 @@ describe("the order of checks", () => {
     });
     const res = await fetch(`${stack.gatewayUrl}/v1/links`, {
       method: "POST",
-      headers: { "client-id": "client-a", "content-type": "application/json" },
+      headers: { ...(await stack.merchantHeaders("client-a")), "content-type": "application/json" },
       body: stream,
       duplex: "half",
     } as RequestInit);

@@ -276,7 +276,7 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     ]);
     const res = await fetch(`${stack.gatewayUrl}/v1/links`, {
       method: "POST",
-      headers: { "content-type": "application/json", "client-id": "client-a" },
+      headers: { "content-type": "application/json", ...(await stack.merchantHeaders("client-a")) },
       body,
     });
     expect(res.status).toBe(400);

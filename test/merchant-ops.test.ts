@@ -109,7 +109,7 @@ describe("GET /v1/links", () => {
   it("answers over gRPC too", async () => {
     const me = uniqueClient();
     const link = await createLink(me);
-    const res = await grpc().listLinks({ limit: 10 }, { headers: { "client-id": me } });
+    const res = await grpc().listLinks({ limit: 10 }, { headers: await stack.merchantHeaders(me) });
     expect(res.links.map((l) => l.id)).toEqual([link.id]);
     expect(res.hasMore).toBe(false);
   });
@@ -176,10 +176,12 @@ describe("POST /v1/links/{id}/expire", () => {
     const link = await createLink(me);
     // Exactly what `curl -X POST -H 'Content-Type: text/plain'` sends: no Content-Length, no body.
     const { port } = new URL(stack.gatewayUrl);
+    const authorization = (await stack.merchantHeaders(me)).authorization;
     const raw = await new Promise<string>((resolve, reject) => {
       const socket = net.connect(Number(port), "127.0.0.1", () => {
         socket.write(
           `POST /v1/links/${link.id}/expire HTTP/1.1\r\nHost: x\r\nClient-Id: ${me}\r\n` +
+            (authorization ? `Authorization: ${authorization}\r\n` : "") +
             "Content-Type: text/plain\r\nConnection: close\r\n\r\n",
         );
       });
@@ -211,7 +213,7 @@ describe("POST /v1/links/{id}/expire", () => {
   it("is an RPC too", async () => {
     const me = uniqueClient();
     const link = await createLink(me);
-    const res = await grpc().expireLink({ id: link.id }, { headers: { "client-id": me } });
+    const res = await grpc().expireLink({ id: link.id }, { headers: await stack.merchantHeaders(me) });
     expect(res.link?.status).toBe(LinkStatus.EXPIRED);
   });
 });
@@ -330,7 +332,7 @@ describe("Idempotency-Key", () => {
       data: { amount: { value: 100n, currency: "USD" }, description: "x" },
       idempotencyKey: "a\u0000b",
     });
-    const err = await grpc().createLink(req, { headers: { "client-id": uniqueClient() } }).catch((e: unknown) => e);
+    const err = await grpc().createLink(req, { headers: await stack.merchantHeaders(uniqueClient()) }).catch((e: unknown) => e);
     expect(ConnectError.from(err).code).toBe(Code.InvalidArgument);
     expect(ConnectError.from(err).rawMessage).toBe("Idempotency-Key must not contain control characters");
   });
@@ -343,13 +345,13 @@ describe("Idempotency-Key", () => {
       idempotencyKey: "grpc-1",
     });
     const client = grpc();
-    const first = await client.createLink(req, { headers: { "client-id": me } });
-    const again = await client.createLink(req, { headers: { "client-id": me } });
+    const first = await client.createLink(req, { headers: await stack.merchantHeaders(me) });
+    const again = await client.createLink(req, { headers: await stack.merchantHeaders(me) });
     expect(first.replayed).toBe(false);
     expect(again.replayed).toBe(true);
     expect(again.link?.id).toBe(first.link?.id);
     const changed = create(CreateLinkRequestSchema, { ...req, expiresIn: 120 });
-    const err = await client.createLink(changed, { headers: { "client-id": me } }).catch((e: unknown) => e);
+    const err = await client.createLink(changed, { headers: await stack.merchantHeaders(me) }).catch((e: unknown) => e);
     expect(ConnectError.from(err).code).toBe(Code.FailedPrecondition);
   });
 });

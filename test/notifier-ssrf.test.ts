@@ -36,6 +36,10 @@ describe("refusalReason", () => {
     ["::ffff:127.0.0.1", "loopback"],
     ["::ffff:10.0.0.1", "private"],
     ["64:ff9b::7f00:1", "loopback"],
+    ["::7f00:1", "IPv4-compatible"],
+    ["::127.0.0.1", "loopback"],
+    ["::a9fe:a9fe", "IPv4-compatible"],
+    ["::808:808", "IPv4-compatible"],
   ])("refuses %s (%s)", (ip, kind) => {
     expect(refusalReason(ip)).toContain(kind);
   });
@@ -84,6 +88,7 @@ describe("one delivery attempt", () => {
         `http://localhost:${receiver.port}/hook`,
         `http://[::1]:${receiver.port}/hook`,
         `http://[::ffff:127.0.0.1]:${receiver.port}/hook`,
+        `http://[::127.0.0.1]:${receiver.port}/hook`,
         "http://10.0.0.1/hook",
         "http://169.254.169.254/latest/meta-data/",
         "http://[fd00:ec2::254]/",

@@ -171,7 +171,7 @@ describe("over gRPC", () => {
     expect(again.info?.reason).toBe("LINK_USED");
     expect(again.info?.domain).toBe("paylink");
 
-    const { link } = await client().getLink({ id }, { headers: { "client-id": "client-a" } });
+    const { link } = await client().getLink({ id }, { headers: await stack.merchantHeaders("client-a") });
     expect(link!.status).toBe(LinkStatus.USED);
     const rest = await api(stack, "GET", `/v1/links/${id}`, { clientId: "client-a" });
     expect(rest.status).toBe(409);
@@ -184,7 +184,7 @@ describe("over gRPC", () => {
     const late = await rpcError(client().completePayment(cardRequest(id)));
     expect(late.code).toBe(Code.FailedPrecondition);
     expect(late.info?.reason).toBe("LINK_EXPIRED");
-    const { link } = await client().getLink({ id }, { headers: { "client-id": "client-a" } });
+    const { link } = await client().getLink({ id }, { headers: await stack.merchantHeaders("client-a") });
     expect(link!.status).toBe(LinkStatus.EXPIRED);
     expect((await api(stack, "GET", `/v1/links/${id}`)).status).toBe(410);
   });

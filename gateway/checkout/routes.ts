@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { route, type GatewayDeps } from "../app.js";
 import { httpErrorOf } from "../errors.js";
+import { limitFor } from "../rate-limits.js";
 import { statusName } from "../../services/shared/names.js";
 import { linkStateError } from "../../services/shared/rpc-errors.js";
 import { sendPage } from "./layout.js";
@@ -13,7 +14,7 @@ import { statusPage } from "./status-page.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
-export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv }: GatewayDeps): void {
+export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv, rateLimitPay }: GatewayDeps): void {
   const { links } = clients;
   const testMode = paylinkEnv === "test";
 
@@ -48,5 +49,5 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv }: 
       const res = await links.completePayment(request, { timeoutMs: 30_000 });
       return reply.send(paymentResultToJson(res));
     },
-  });
+  }, limitFor(rateLimitPay));
 }

@@ -5,9 +5,9 @@
 // gRPC protocol says. Every other request (Connect, gRPC-Web, JSON codecs,
 // compressed bodies, streaming, other services, anything unexpected) goes
 // to connect's own handler, so each protocol and client keeps working.
-import { constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, type DescMethodUnary, type DescService, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 type Handler = (req: Http2ServerRequest, res: Http2ServerResponse) => void;
@@ -20,6 +20,10 @@ export interface FastPathOptions {
   fallback: Handler;
   /** Larger messages are refused (RESOURCE_EXHAUSTED) before they are read. */
   readMaxBytes: number;
+  /** Per request, from the raw request, as connectNodeAdapter's option of that name. */
+  contextValues(req: Http2ServerRequest): ContextValues;
+  /** Runs before the handler, as an interceptor would (authentication). */
+  beforeHandler(ctx: HandlerContext): Promise<void>;
   /** What an unexpected error becomes for the caller (the error boundary). */
   toRpcError(err: unknown, procedure: string): ConnectError;
 }
@@ -30,7 +34,6 @@ interface Route {
   impl: AnyUnaryImpl;
 }
 
-const { NGHTTP2_NO_ERROR } = constants;
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 
 export function createGrpcFastPath(options: FastPathOptions): Handler {
@@ -103,12 +106,6 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
     if (declared > options.readMaxBytes || received > options.readMaxBytes + 5) {
       chunks.length = 0;
       finish(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
-      // The answer is complete. Some clients then neither finish nor cancel
-      // their request, which would hold the stream (and a drain) open; once
-      // they have had time to read the answer, RST_STREAM(NO_ERROR) ends it.
-      setTimeout(() => {
-        if (!res.stream.closed) res.stream.close(NGHTTP2_NO_ERROR);
-      }, 1000).unref();
     }
   });
   req.on("end", () => {
@@ -123,8 +120,9 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
     } catch (err) {
       return finish(new ConnectError(`the request cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
     }
-    const ctx = handlerContext(route, req, abort.signal, deadline.timeoutMs);
+    const ctx = handlerContext(route, req, abort.signal, deadline.timeoutMs, options.contextValues(req));
     Promise.resolve()
+      .then(() => options.beforeHandler(ctx))
       .then(() => route.impl(input, ctx))
       .then(
         (output) => finish(toBinary(route.method.output, create(route.method.output, output))),
@@ -144,7 +142,13 @@ function answerError(res: Http2ServerResponse, error: ConnectError) {
 
 // Handlers here read request headers and the signal; none sets response
 // headers or trailers, which this path does not send.
-function handlerContext(route: Route, req: Http2ServerRequest, signal: AbortSignal, timeoutMs: number | undefined): HandlerContext {
+function handlerContext(
+  route: Route,
+  req: Http2ServerRequest,
+  signal: AbortSignal,
+  timeoutMs: number | undefined,
+  values: ContextValues,
+): HandlerContext {
   const end = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
   const requestHeader = new Headers();
   for (const [name, value] of Object.entries(req.headers)) {
@@ -164,6 +168,6 @@ function handlerContext(route: Route, req: Http2ServerRequest, signal: AbortSign
     requestHeader,
     responseHeader: new Headers(),
     responseTrailer: new Headers(),
-    values: createContextValues(),
+    values,
   } as HandlerContext;
 }

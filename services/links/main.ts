@@ -1,6 +1,7 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
 import { systemClock } from "../shared/clock.js";
 import { requireInternalToken } from "../shared/config.js";
+import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
@@ -23,7 +24,13 @@ await runMain("links", async (config, logger) => {
   if (!processor) logger.warn("no payment processor is configured: payments will answer 503");
 
   // Publishes outbox events right after each commit; polls only as a fallback.
-  const relay = createRelay({ db, natsUrl: config.natsUrl, clock, logger: logger.child({ component: "relay" }) });
+  const relay = createRelay({
+    db,
+    natsUrl: config.natsUrl,
+    topology: topologyFor(config.natsPrefix, config.natsStreamReplicas),
+    clock,
+    logger: logger.child({ component: "relay" }),
+  });
   const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick });
   // Publishes again what the broker may have lost: Postgres says what is owed.
   const reconciler = createReconciler({
@@ -44,13 +51,15 @@ await runMain("links", async (config, logger) => {
     onEventsCommitted: relay.kick,
     internalToken: config.internalToken,
     env: config.env,
+    auth: config.auth,
+    adminToken: config.adminToken,
   });
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();
   reconciler.start();
   captures?.start();
   logger.info(
-    { port: server.port, env: config.env, processor: processor?.name ?? "none" },
+    { port: server.port, env: config.env, auth: config.auth, admin: Boolean(config.adminToken), processor: processor?.name ?? "none" },
     "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
   );
   if (!config.internalToken) logger.warn("INTERNAL_TOKEN is not set: the internal DeliveryService takes any caller (test only)");

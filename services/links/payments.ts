@@ -21,6 +21,7 @@ import {
   processorNotConfigured,
   processorUnavailable,
 } from "../shared/rpc-errors.js";
+import { createAttempts } from "./attempts.js";
 import { captureAndRecord } from "./captures.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
@@ -48,12 +49,15 @@ export interface PaymentsDeps {
 
 export function createPayments(deps: PaymentsDeps): Payments {
   const { db, clock } = deps;
+  const attempts = createAttempts({ db, clock });
 
   return {
     async complete(req) {
       const method = methodName(req.paymentMethod);
       if (!method) throw invalid("payment_method must be one of card, bank_transfer");
-      const card: CardInput | undefined = method === "card" ? validateCard(req.card, clock) : undefined;
+      await attempts.assertOpen(req.linkId);
+      const card: CardInput | undefined =
+        method === "card" ? await attempts.counting(req.linkId, () => validateCard(req.card, clock)) : undefined;
 
       const row = await store.findLink(db, req.linkId);
       if (!row) throw linkNotFound();
@@ -74,7 +78,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
           deps.logger.error({ err, linkId: row.id }, "processor failed to authorize");
           throw processorUnavailable();
         });
-      if (!auth.approved) throw cardDeclined();
+      if (!auth.approved) throw await attempts.failed(row.id, cardDeclined());
 
       const paymentId = newPaymentId();
       let txid: string | undefined;

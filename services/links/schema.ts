@@ -164,3 +164,32 @@ export const deliveryAttempts = pgTable(
   },
   (t) => [primaryKey({ columns: [t.eventId, t.number] })],
 );
+
+export const apiKeys = pgTable(
+  "api_keys",
+  {
+    // "key-" + UUIDv7.
+    id: text("id").primaryKey(),
+    clientId: text("client_id").notNull(),
+    /** SHA-256 of the secret: the secret itself is shown once and never stored. */
+    secretHash: bytea("secret_hash").notNull().unique("api_keys_secret_hash_key"),
+    last4: char("last4", { length: 4 }).notNull(),
+    createdAt: at("created_at").notNull(),
+    /** To the minute, written at most once a minute. */
+    lastUsedAt: at("last_used_at"),
+    revokedAt: at("revoked_at"),
+  },
+  (t) => [index("api_keys_client_id_idx").on(t.clientId, t.id)],
+);
+
+/** Failed payment attempts (declined, invalid card): five within an hour lock a link's pay. */
+export const paymentFailures = pgTable(
+  "payment_failures",
+  {
+    linkId: text("link_id")
+      .notNull()
+      .references(() => links.id),
+    failedAt: at("failed_at").notNull(),
+  },
+  (t) => [index("payment_failures_link_id_failed_at_idx").on(t.linkId, t.failedAt)],
+);

@@ -3,12 +3,16 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import "./text-decoding.js";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
+import { AdminService } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
-import type { PaylinkEnv } from "../shared/config.js";
+import type { AuthMode, PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
+import { adminGuard, createAdminService } from "./admin.js";
+import { authenticateCall, authenticateCallers, createAuthenticator, requestContextValues } from "./auth.js";
 import type { Db } from "./db.js";
 import { createBatchedStore } from "./batched-store.js";
 import { createDeliveryService } from "./deliveries.js";
@@ -22,9 +26,6 @@ import type { PaymentProcessor } from "./processor.js";
 import { createLinkService } from "./service.js";
 import { ping } from "./store.js";
 
-// CONTRACT.md: a message over 1 MiB is refused before it is decoded.
-const READ_MAX_BYTES = 1024 * 1024;
-
 export interface LinksServerOptions {
   db: Db;
   port: number;
@@ -37,15 +38,26 @@ export interface LinksServerOptions {
   onEventsCommitted?: () => void;
   /** Guards the internal DeliveryService (INTERNAL_TOKEN); see internal-auth.ts for the rule without one. */
   internalToken?: string;
+  /** PAYLINK_ENV: the prefix of new secret keys. Default test. */
   env?: PaylinkEnv;
+  /** PAYLINK_AUTH. Default client-id. */
+  auth?: AuthMode;
+  /** Turns the AdminService on. */
+  adminToken?: string;
 }
+
+/** A larger message is refused before it is decoded (RESOURCE_EXHAUSTED). */
+export const MAX_MESSAGE_BYTES = 1024 * 1024;
 
 export async function startLinksServer(opts: LinksServerOptions) {
   const { db, clock, logger } = opts;
   const onEventsCommitted = opts.onEventsCommitted ?? (() => {});
+  const env = opts.env ?? "test";
+  const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id" });
   const service = createLinkService({
     db,
     clock,
+    authenticator,
     onEventsCommitted,
     checkoutBaseUrl: opts.checkoutBaseUrl,
     batched: createBatchedStore(db),
@@ -61,19 +73,39 @@ export async function startLinksServer(opts: LinksServerOptions) {
   });
   const handler = createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
+    // The fast path runs no interceptors: it asks the same authentication.
+    contextValues: requestContextValues,
+    beforeHandler: (ctx) => authenticateCall(authenticator, ctx.service, ctx.method, ctx.requestHeader, ctx.values),
     fallback: connectNodeAdapter({
-      interceptors: [errorBoundary(logger), internalAuth({ token: opts.internalToken, env: opts.env ?? "test" })],
-      readMaxBytes: READ_MAX_BYTES,
+      readMaxBytes: MAX_MESSAGE_BYTES,
+      contextValues: requestContextValues,
+      interceptors: [
+        errorBoundary(logger),
+        internalAuth({ token: opts.internalToken, env }),
+        adminGuard(opts.adminToken),
+        authenticateCallers(authenticator),
+      ],
       routes: (router) => {
         router.service(LinkService, service);
         router.service(DeliveryService, createDeliveryService({ db, clock }));
+        router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
         router.service(Health, createHealthService(() => ping(db)));
       },
     }),
-    readMaxBytes: READ_MAX_BYTES,
+    readMaxBytes: MAX_MESSAGE_BYTES,
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
   });
-  const server = http2.createServer(handler);
+  const server = http2.createServer((req, res) => {
+    // Answered before the request was read to its end (a message over
+    // MAX_MESSAGE_BYTES, say): after a moment for the client to read the
+    // answer the stream is reset, so the client stops sending; otherwise it
+    // stays half open and a drain waits for it forever.
+    req.stream.once("finish", () => {
+      if (req.readableEnded || req.stream.destroyed) return;
+      setTimeout(() => req.stream.destroy(), 1000).unref();
+    });
+    handler(req, res);
+  });
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
     sessions.add(session);
@@ -87,6 +119,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
 
   return {
     port,
+    authenticator,
     async close() {
       // Stop accepting and tell clients to go away; GOAWAY lets open
       // streams finish first.

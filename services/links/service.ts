@@ -20,7 +20,8 @@ import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
 import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
-import { validateClientId, validateCreateLink, validateListLinks } from "./validate.js";
+import { type Authenticator, callerOf } from "./auth.js";
+import { validateCreateLink, validateListLinks } from "./validate.js";
 
 export interface LinkServiceDeps {
   db: Db;
@@ -28,6 +29,8 @@ export interface LinkServiceDeps {
   checkoutBaseUrl: string;
   payments: Payments;
   idempotency: Idempotency;
+  /** Judges the caller of each batch item, as the interceptor judges a call's. */
+  authenticator: Authenticator;
   /** Reads and creates that concurrent calls share. */
   batched: BatchedStore;
   logger: Logger;
@@ -76,7 +79,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
   }
 
   /** Runs each item as its own call would run, each with its own result or error. */
-  function eachItem<I extends { clientId: string }, O>(
+  function eachItem<I extends { clientId: string; authorization: string }, O>(
     procedure: string,
     items: I[],
     one: (clientId: string, item: I) => Promise<O>,
@@ -84,7 +87,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     if (items.length > MAX_BATCH_ITEMS) throw invalid(`items must hold at most ${MAX_BATCH_ITEMS} items`);
     return Promise.all(
       items.map((item) =>
-        (async () => one(validateClientId(item.clientId), item))().then(
+        deps.authenticator.authenticate(item.clientId, item.authorization || null).then((clientId) => one(clientId, item)).then(
           (value) => ({ result: { case: "response" as const, value } }),
           (err: unknown) => ({ result: { case: "error" as const, value: statusFromError(toRpcError(err, deps.logger, procedure)) } }),
         ),
@@ -148,9 +151,11 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     completePayment: (req) => deps.payments.complete(req),
 
     ...createLinkEvents({ ...deps, callersLink: (id, ctx) => ownLink(id, requireClientId(ctx)) }),
+    getCaller: (_req, ctx) => ({ clientId: requireClientId(ctx) }),
   };
 }
 
+/** The authenticated caller (see auth.ts): the one place handlers learn who called. */
 export function requireClientId(ctx: HandlerContext): string {
-  return validateClientId(ctx.requestHeader.get("client-id"));
+  return callerOf(ctx);
 }

@@ -7,6 +7,7 @@
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
+import { deleteOldFailures } from "./attempts.js";
 import { deleteExpiredKeys } from "./idempotency.js";
 import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
@@ -53,6 +54,7 @@ export function createSweeper(opts: SweeperOptions) {
       if (n < batchSize || stopped) break;
     }
     await deleteExpiredKeys(db, clock.now());
+    await deleteOldFailures(db, clock.now());
     return total;
   }
 

@@ -17,6 +17,8 @@ import { methodName, type StatusName, statusName } from "../shared/names.js";
 import { clientIdRequired, invalid } from "../shared/rpc-errors.js";
 
 const CONTROL = /[\x00-\x1f\x7f]/;
+/** What a decoded "__proto__" becomes (text-decoding.ts); never valid UTF-8 input. */
+export const PROTO_KEY = "\uD800__proto__";
 export const DEFAULT_EXPIRES_IN = 43_200;
 const MAX_AMOUNT_MAJOR = 1_000_000_000n;
 const MAX_ITEMS = 100;
@@ -39,9 +41,10 @@ export function validateCreateLink(req: CreateLinkRequest): NewLink {
 
 function validateData(data: LinkData): LinkData {
   if (!data.amount) throw invalid("data.amount is required");
-  const currency = data.amount.currency.toUpperCase();
   if (data.amount.currency === "") throw invalid("data.amount.currency is required");
-  if (!/^[A-Z]{3}$/.test(currency) || !isKnownCurrency(currency)) {
+  // Judged before uppercasing: "ınr".toUpperCase() is "INR", "uſd".toUpperCase() is "USD".
+  const currency = /^[A-Za-z]{3}$/.test(data.amount.currency) ? data.amount.currency.toUpperCase() : "";
+  if (!currency || !isKnownCurrency(currency)) {
     throw invalid("data.amount.currency must be a three-letter ISO 4217 currency code");
   }
   const maxMinor = MAX_AMOUNT_MAJOR * 10n ** BigInt(currencyDigits(currency));
@@ -88,11 +91,11 @@ function validateData(data: LinkData): LinkData {
     if (seen.has(method)) throw invalid(`data.allowed_payment_methods[${i}] repeats ${name}`);
     seen.add(method);
   });
-  if (data.redirectUrl !== undefined) httpUrl("data.redirect_url", data.redirectUrl);
-  if (data.cancelUrl !== undefined) httpUrl("data.cancel_url", data.cancelUrl);
-
   const normalized = clone(LinkDataSchema, data);
   normalized.amount!.currency = currency;
+  // Stored as a browser will read them: "https:evil.example.com" is https://evil.example.com/.
+  if (data.redirectUrl !== undefined) normalized.redirectUrl = httpUrl("data.redirect_url", data.redirectUrl);
+  if (data.cancelUrl !== undefined) normalized.cancelUrl = httpUrl("data.cancel_url", data.cancelUrl);
   return normalized;
 }
 
@@ -100,6 +103,7 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
   const keys = Object.keys(metadata);
   if (keys.length > 50) throw invalid("metadata must have at most 50 keys");
   for (const key of keys) {
+    if (key === PROTO_KEY) throw invalid('metadata key "__proto__" is not allowed');
     const name = `metadata key ${JSON.stringify(key.slice(0, 60))}`;
     if (length(key) < 1 || length(key) > 40) throw invalid(`${name} must be 1 to 40 characters`);
     noNul(name, key);
@@ -110,6 +114,10 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
     // It travels back in the webhook's Api-Key header, where only ASCII is safe.
     if (key === "api_key" && !/^[\x20-\x7e]*$/.test(value)) {
       throw invalid("metadata.api_key must be printable ASCII characters");
+    }
+    // A header value loses them (the receiver would compare another key).
+    if (key === "api_key" && value !== value.trim()) {
+      throw invalid("metadata.api_key must not start or end with spaces");
     }
   }
   return metadata;
@@ -129,6 +137,7 @@ export function validateClientId(header: string | null): string {
 export function validateIdempotencyKey(key: string): void {
   if (key.length < 1 || key.length > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
   if (CONTROL.test(key)) throw invalid("Idempotency-Key must not contain control characters");
+  noNul("Idempotency-Key", key);
 }
 
 export interface ListQuery {
@@ -156,9 +165,15 @@ function length(value: string): number {
   return n;
 }
 
-/** Postgres stores no U+0000 in text or jsonb; refuse it rather than fail. */
-function noNul(path: string, value: string): void {
+/**
+ * Postgres stores no U+0000 in text or jsonb; refuse it rather than fail.
+ * A leading U+FEFF is refused too: decoders strip it as a byte order mark
+ * (see text-decoding.ts), so it would make two different strings one.
+ */
+export function noNul(path: string, value: string): void {
   if (value.includes("\0")) throw invalid(`${path} must not contain NUL characters`);
+  if (value.startsWith("\uFEFF")) throw invalid(`${path} must not start with U+FEFF (a byte order mark)`);
+  if (value === PROTO_KEY) throw invalid(`${path} must not be "__proto__"`);
 }
 
 function text(path: string, value: string, min: number, max: number, notBlank = false): void {
@@ -174,7 +189,8 @@ function optionalText(path: string, value: string | undefined, max: number): voi
   if (value !== undefined && length(value) > max) throw invalid(`${path} must be at most ${max} characters`);
 }
 
-function httpUrl(path: string, value: string): void {
+/** The URL in its canonical form (WHATWG serialization). */
+function httpUrl(path: string, value: string): string {
   noNul(path, value);
   let url: URL | undefined;
   try {
@@ -182,7 +198,8 @@ function httpUrl(path: string, value: string): void {
   } catch {
     url = undefined;
   }
-  if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || length(value) > 2048) {
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || length(value) > 2048 || url.href.length > 2048) {
     throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
   }
+  return url.href;
 }

@@ -32,6 +32,15 @@ export function refusalReason(ip: string): string | undefined {
     const bytes = addr.toByteArray().slice(12);
     addr = ipaddr.fromByteArray(bytes);
   }
+  // ::a.b.c.d (IPv4-compatible, deprecated by RFC 4291; "[::127.0.0.1]"
+  // becomes ::7f00:1) is unicast to ipaddr.js: judge the IPv4 inside it.
+  if (addr.kind() === "ipv6") {
+    const bytes = addr.toByteArray();
+    if (bytes.slice(0, 12).every((b) => b === 0) && addr.range() === "unicast") {
+      const inner = ipaddr.fromByteArray(bytes.slice(12));
+      return `${addr.toString()} is IPv4-compatible (${inner.toString()}), a deprecated form`;
+    }
+  }
   const normal = addr.toString();
   if (CLOUD_METADATA.has(normal)) return `${normal} is a cloud metadata address`;
   const range = addr.range();

@@ -1,6 +1,7 @@
 // The notifier process: config, start consuming in the background, drain on
 // SIGTERM. It owns no tables: the LinkService records every attempt.
 import { requireInternalToken } from "../shared/config.js";
+import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { startNotifier } from "./notifier.js";
 
@@ -10,6 +11,7 @@ await runMain("notifier", async (config, logger) => {
     natsUrl: config.natsUrl,
     linksUrl: config.linksUrl,
     internalToken: config.internalToken,
+    topology: topologyFor(config.natsPrefix, config.natsStreamReplicas),
     env: config.env,
     retrySchedule: config.webhookRetrySchedule,
     logger,

@@ -1,3 +1,5 @@
+import { isIP } from "node:net";
+
 // Every setting of CONTRACT.md, parsed and checked once at start-up. A bad
 // value throws a ConfigError naming the variable, and the entry point exits.
 
@@ -21,6 +23,29 @@ export interface Config {
   /** The bearer token of the internal DeliveryService (LinkService and notifier). */
   internalToken: string | undefined;
   logLevel: string;
+  /** Who a merchant is: the Client-Id alone, or a secret key that belongs to it. */
+  auth: AuthMode;
+  /** Guards the AdminService; undefined turns it off. */
+  adminToken: string | undefined;
+  /** Requests per second per client on /v1, undefined when off. */
+  rateLimitClient: RateLimit | undefined;
+  /** Pay requests per address, undefined when off. */
+  rateLimitPay: RateLimit | undefined;
+  /** A request body must arrive within this many milliseconds. */
+  requestTimeoutMs: number;
+  /** Names the JetStream streams, subjects and durable consumer. */
+  natsPrefix: string;
+  natsStreamReplicas: number;
+  /** Addresses or CIDR ranges of proxies whose X-Forwarded-For the gateway believes; none when absent. */
+  trustProxy: string[] | undefined;
+}
+
+export type AuthMode = "client-id" | "api-key";
+
+/** `max` requests per `windowMs`. */
+export interface RateLimit {
+  max: number;
+  windowMs: number;
 }
 
 export class ConfigError extends Error {}
@@ -50,6 +75,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     webhookReconcileAfterMs: duration(env, "WEBHOOK_RECONCILE_AFTER", "5m"),
     internalToken: optional(env, "INTERNAL_TOKEN"),
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
+    auth: oneOf(env, "PAYLINK_AUTH", ["client-id", "api-key"], paylinkEnv === "production" ? "api-key" : "client-id") as AuthMode,
+    adminToken: adminToken(env),
+    rateLimitClient: rateLimit(env, "RATE_LIMIT_CLIENT", "100/s"),
+    rateLimitPay: rateLimit(env, "RATE_LIMIT_PAY", "20/m"),
+    requestTimeoutMs: duration(env, "REQUEST_TIMEOUT", "30s"),
+    natsPrefix: natsPrefix(env),
+    natsStreamReplicas: replicas(env),
+    trustProxy: trustProxy(env),
   };
 }
 
@@ -122,4 +155,53 @@ export function requireInternalToken(config: Config): void {
   if (config.env === "production" && !config.internalToken) {
     throw new ConfigError("INTERNAL_TOKEN is required when PAYLINK_ENV=production");
   }
+}
+
+function adminToken(env: NodeJS.ProcessEnv): string | undefined {
+  const token = optional(env, "ADMIN_TOKEN");
+  if (token !== undefined && token.length < 16) {
+    throw new ConfigError("ADMIN_TOKEN must be at least 16 characters (or unset to turn the admin service off)");
+  }
+  return token;
+}
+
+/** "100/s", "20/m" or "off". */
+function rateLimit(env: NodeJS.ProcessEnv, name: string, fallback: string): RateLimit | undefined {
+  const raw = optional(env, name) ?? fallback;
+  if (raw === "off") return undefined;
+  const match = /^(\d{1,9})\/(s|m)$/.exec(raw);
+  if (!match || Number(match[1]) < 1) {
+    throw new ConfigError(`${name} must be N/s, N/m (N at least 1) or off; got "${raw}"`);
+  }
+  return { max: Number(match[1]), windowMs: match[2] === "s" ? 1000 : 60_000 };
+}
+
+function natsPrefix(env: NodeJS.ProcessEnv): string {
+  const raw = optional(env, "NATS_PREFIX") ?? "paylink";
+  // A subject token, and (uppercased) part of stream names: lowercase only,
+  // so that two prefixes never name the same stream.
+  if (!/^[a-z][a-z0-9_]{0,31}$/.test(raw)) {
+    throw new ConfigError(`NATS_PREFIX must be a lowercase letter then up to 31 lowercase letters, digits or _; got "${raw}"`);
+  }
+  return raw;
+}
+
+function replicas(env: NodeJS.ProcessEnv): number {
+  const raw = optional(env, "NATS_STREAM_REPLICAS") ?? "1";
+  if (!/^[1-5]$/.test(raw)) throw new ConfigError(`NATS_STREAM_REPLICAS must be an integer from 1 to 5; got "${raw}"`);
+  return Number(raw);
+}
+
+function trustProxy(env: NodeJS.ProcessEnv): string[] | undefined {
+  const raw = optional(env, "TRUST_PROXY");
+  if (raw === undefined) return undefined;
+  const parts = raw.split(",").map((part) => part.trim());
+  for (const part of parts) {
+    const [address, bits, extra] = part.split("/");
+    const valid = extra === undefined && isIP(address ?? "") !== 0 && (bits === undefined || /^\d{1,3}$/.test(bits));
+    if (!valid) {
+      throw new ConfigError(`TRUST_PROXY must be a comma-separated list of IP addresses or CIDR ranges; got "${raw}"`);
+    }
+  }
+  return parts;
 }

@@ -9,3 +9,5 @@ export const newPaymentId = () => `pay-${uuidv7()}`;
 export const isLinkId = (id: string) => LINK_ID.test(id);
 /** Event ids are UUIDs of any version (randomUUID makes v4). */
 export const isEventId = (id: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(id);
+export const newKeyId = () => `key-${uuidv7()}`;
+export const KEY_ID = /^key-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;

@@ -24,6 +24,8 @@ export interface Topology {
   deadLetterSubjectPrefix: string;
   /** The durable consumer every notifier copy shares. */
   consumer: string;
+  /** Replicas of each stream: 1 on a single server, 3 on a cluster. */
+  replicas?: number;
 }
 
 export const DEFAULT_TOPOLOGY: Topology = {
@@ -34,6 +36,25 @@ export const DEFAULT_TOPOLOGY: Topology = {
   consumer: "notifier",
 };
 
+/**
+ * The topology of one deployment, named by NATS_PREFIX so that deployments
+ * sharing a NATS server never share a stream, a subject or a consumer. The
+ * default prefix gives exactly DEFAULT_TOPOLOGY, so upgrading keeps the
+ * consumer (and its acknowledgements) that is already there.
+ */
+export function topologyFor(prefix: string, replicas = 1): Topology {
+  if (prefix === "paylink") return { ...DEFAULT_TOPOLOGY, replicas };
+  const upper = prefix.toUpperCase();
+  return {
+    eventStream: `${upper}_EVENTS`,
+    eventSubjectPrefix: `${prefix}.events`,
+    deadLetterStream: `${upper}_DEAD_LETTERS`,
+    deadLetterSubjectPrefix: `${prefix}.dead`,
+    consumer: `${prefix}_notifier`,
+    replicas,
+  };
+}
+
 const DAY_MS = 86_400_000;
 // Longer than the default retry schedule (about two days), so an event
 // survives a notifier outage of several days.
@@ -43,9 +64,13 @@ const EVENT_MAX_AGE_MS = 7 * DAY_MS;
 const DUPLICATE_WINDOW_MS = 2 * 60_000;
 const DEAD_LETTER_MAX_AGE_MS = 30 * DAY_MS;
 
-export async function ensureEventStream(jsm: JetStreamManager, t: Pick<Topology, "eventStream" | "eventSubjectPrefix">) {
+export async function ensureEventStream(
+  jsm: JetStreamManager,
+  t: Pick<Topology, "eventStream" | "eventSubjectPrefix" | "replicas">,
+) {
   await ensureStream(jsm, {
     name: t.eventStream,
+    num_replicas: t.replicas ?? 1,
     subjects: [`${t.eventSubjectPrefix}.>`],
     max_age: nanos(EVENT_MAX_AGE_MS),
     duplicate_window: nanos(DUPLICATE_WINDOW_MS),
@@ -55,6 +80,7 @@ export async function ensureEventStream(jsm: JetStreamManager, t: Pick<Topology,
 export async function ensureDeadLetterStream(jsm: JetStreamManager, t: Topology) {
   await ensureStream(jsm, {
     name: t.deadLetterStream,
+    num_replicas: t.replicas ?? 1,
     subjects: [`${t.deadLetterSubjectPrefix}.>`],
     max_age: nanos(DEAD_LETTER_MAX_AGE_MS),
     duplicate_window: nanos(DUPLICATE_WINDOW_MS),
@@ -95,7 +121,6 @@ async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig>
       storage: StorageType.File,
       retention: RetentionPolicy.Limits,
       discard: DiscardPolicy.Old,
-      num_replicas: 1,
       ...config,
     });
   } catch (err) {

@@ -17,11 +17,12 @@ export type Reason =
   | "IDEMPOTENCY_KEY_REUSED"
   | "PROCESSOR_NOT_CONFIGURED"
   | "PROCESSOR_UNAVAILABLE"
-  | "LINK_HAS_NO_WEBHOOK";
+  | "LINK_HAS_NO_WEBHOOK"
+  | "PAYMENT_ATTEMPTS_EXCEEDED";
 
-function withReason(message: string, code: Code, reason: Reason): ConnectError {
+function withReason(message: string, code: Code, reason: Reason, metadata: Record<string, string> = {}): ConnectError {
   return new ConnectError(message, code, undefined, [
-    { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, domain: ERROR_DOMAIN }) },
+    { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, domain: ERROR_DOMAIN, metadata }) },
   ]);
 }
 
@@ -47,6 +48,12 @@ export const processorNotConfigured = () =>
   withReason("Payments are not available: no payment processor is configured", Code.Unavailable, "PROCESSOR_NOT_CONFIGURED");
 export const processorUnavailable = () =>
   withReason("The payment processor is unavailable; please try again", Code.Unavailable, "PROCESSOR_UNAVAILABLE");
+
+/** Too many failed payment attempts on a link; ErrorInfo metadata retry_after_seconds says for how long. */
+export const paymentAttemptsExceeded = (retryAfterSeconds: number) =>
+  withReason("Too many failed payment attempts for this link; try again later", Code.ResourceExhausted, "PAYMENT_ATTEMPTS_EXCEEDED", {
+    retry_after_seconds: String(Math.max(1, Math.ceil(retryAfterSeconds))),
+  });
 
 /** Why a link in this status cannot be used or changed; undefined while it is live. */
 export function linkStateError(status: StatusName | undefined): ConnectError | undefined {

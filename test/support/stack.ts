@@ -2,9 +2,13 @@
 // (port 0), against the run's real Postgres, with a clock the test controls.
 import { inject } from "vitest";
 import { pino } from "pino";
-import { startGateway } from "../../gateway/server.js";
+import { type GatewayOptions, startGateway } from "../../gateway/server.js";
 import { createSandboxProcessor } from "../../services/links/processor.js";
 import { createDb } from "../../services/links/db.js";
+import { hashSecret, newSecret } from "../../services/links/auth.js";
+import { insertKey } from "../../services/links/key-store.js";
+import type { AuthMode } from "../../services/shared/config.js";
+import { newKeyId } from "../../services/shared/ids.js";
 import { startLinksServer } from "../../services/links/server.js";
 import type { Logger } from "../../services/shared/logger.js";
 import { testClock } from "./clock.js";
@@ -16,7 +20,15 @@ export interface StackOptions {
   logger?: Logger;
   checkoutBaseUrl?: string;
   onEventsCommitted?: () => void;
+  /** PAYLINK_AUTH; default the PAYLINK_AUTH of the test run, else client-id. */
+  auth?: AuthMode;
+  adminToken?: string;
+  /** Gateway settings beyond the defaults (rate limits are off unless given). */
+  gateway?: Pick<GatewayOptions, "rateLimitClient" | "rateLimitPay" | "requestTimeoutMs" | "trustProxy">;
 }
+
+/** The PAYLINK_AUTH a test run's stacks use unless a test says otherwise. */
+export const RUN_AUTH: AuthMode = process.env.PAYLINK_AUTH === "api-key" ? "api-key" : "client-id";
 
 export async function startStack(opts: StackOptions = {}) {
   const env = opts.env ?? "test";
@@ -24,6 +36,7 @@ export async function startStack(opts: StackOptions = {}) {
   const clock = testClock(new Date());
   const processor = env === "test" ? createSandboxProcessor() : undefined;
   const databaseUrl = opts.databaseUrl ?? inject("databaseUrl");
+  const auth = opts.auth ?? RUN_AUTH;
   const { db, close: closeDb } = createDb(databaseUrl);
   const links = await startLinksServer({
     db,
@@ -34,11 +47,38 @@ export async function startStack(opts: StackOptions = {}) {
     processor,
     logger,
     onEventsCommitted: opts.onEventsCommitted,
+    env,
+    auth,
+    adminToken: opts.adminToken,
   });
   const linksUrl = `http://127.0.0.1:${links.port}`;
-  const gateway = await startGateway({ linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger });
+  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger });
   const gatewayUrl = `http://127.0.0.1:${gateway.port}`;
+  // In api-key mode every client the tests name gets a key of its own.
+  const secrets = new Map<string, Promise<string>>();
+  const secretFor = (clientId: string) => {
+    let secret = secrets.get(clientId);
+    if (!secret) {
+      const value = newSecret(env);
+      secret = insertKey(db, {
+        id: newKeyId(),
+        clientId,
+        secretHash: hashSecret(value),
+        last4: value.slice(-4),
+        createdAt: new Date(),
+      }).then(() => value);
+      secrets.set(clientId, secret);
+    }
+    return secret;
+  };
   return {
+    auth,
+    /** The headers that name and, in api-key mode, prove a client. */
+    async merchantHeaders(clientId: string, given: Record<string, string> = {}): Promise<Record<string, string>> {
+      const headers: Record<string, string> = { "client-id": clientId };
+      if (auth === "api-key" && !("authorization" in given)) headers.authorization = `Bearer ${await secretFor(clientId)}`;
+      return headers;
+    },
     clock,
     processor,
     databaseUrl,
@@ -57,13 +97,17 @@ export type Stack = Awaited<ReturnType<typeof startStack>>;
 
 /** A REST call with the merchant's headers; answers status, headers and parsed body. */
 export async function api(
-  stack: Pick<Stack, "gatewayUrl">,
+  stack: Pick<Stack, "gatewayUrl"> & Partial<Pick<Stack, "merchantHeaders">>,
   method: string,
   path: string,
   opts: { clientId?: string | null; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {},
 ) {
   const headers: Record<string, string> = { ...opts.headers };
-  if (opts.clientId !== null) headers["client-id"] = opts.clientId ?? "client-a";
+  if (opts.clientId !== null) {
+    const clientId = opts.clientId ?? "client-a";
+    const merchant = stack.merchantHeaders ? await stack.merchantHeaders(clientId, headers) : { "client-id": clientId };
+    for (const [name, value] of Object.entries(merchant)) headers[name] ??= value;
+  }
   let body: string | undefined = opts.rawBody;
   if (opts.body !== undefined) {
     body = JSON.stringify(opts.body);

@@ -1,0 +1,58 @@
+// The merchant's credentials travel to the LinkService, which alone judges
+// them; the gateway holds no key logic. What it must still get right is the
+// contract's order: a bad key (401/403) answers before checks 2 to 5 (415,
+// 413, invalid JSON, validation), some of which the gateway makes itself
+// before any RPC. Such a refusal first asks the LinkService who the caller
+// is, and answers with its refusal when there is one. The happy path costs
+// no extra call: the RPC that serves the request authenticates it.
+import type { FastifyRequest } from "fastify";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Caller, Clients } from "./clients.js";
+import { httpErrorOf } from "./errors.js";
+
+const forwarded = new WeakSet<FastifyRequest>();
+const identified = new WeakSet<FastifyRequest>();
+
+/** Who calls, for a LinkService call made for `req` (a batch item carries it as fields). */
+export function caller(req: FastifyRequest): Caller {
+  forwarded.add(req);
+  const clientId = req.headers["client-id"] as string;
+  const authorization = req.headers.authorization;
+  return authorization === undefined ? { clientId } : { clientId, authorization };
+}
+
+/** The same, as call options: the headers of a call that is not batched. */
+export function asCaller(req: FastifyRequest): { headers: Record<string, string> } {
+  const { clientId, authorization } = caller(req);
+  const headers: Record<string, string> = { "client-id": clientId };
+  if (authorization !== undefined) headers.authorization = authorization;
+  return { headers };
+}
+
+/** Check 1 passed: the request names one client. */
+export function markIdentified(req: FastifyRequest): void {
+  identified.add(req);
+}
+
+/**
+ * The error to answer for a /v1 request the gateway refused on its own: the
+ * LinkService's authentication refusal when there is one, else `err`.
+ */
+export async function authenticationFirst(req: FastifyRequest, clients: Clients, err: unknown): Promise<unknown> {
+  if (!identified.has(req) || forwarded.has(req)) return err;
+  // Only the contract's checks 2 to 5: a 429 must stay cheap, and a 404 or 405 comes first.
+  if (![400, 413, 415].includes(httpErrorOf(err)?.status ?? 0)) return err;
+  return (await callerRefusal(req, clients)) ?? err;
+}
+
+/** The LinkService's refusal of the caller's credentials, if it refuses them. */
+export async function callerRefusal(req: FastifyRequest, clients: Clients): Promise<ConnectError | undefined> {
+  try {
+    await clients.links.getCaller({}, asCaller(req));
+  } catch (refusal) {
+    if (refusal instanceof ConnectError && (refusal.code === Code.Unauthenticated || refusal.code === Code.PermissionDenied)) {
+      return refusal;
+    }
+  }
+  return undefined;
+}

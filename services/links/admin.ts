@@ -1,0 +1,80 @@
+// paylink.admin.v1.AdminService: merchants' secret API keys. It answers only
+// to the operator's ADMIN_TOKEN, and is off (UNIMPLEMENTED) without one.
+import { createHash, timingSafeEqual } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import { AdminService, type ApiKey, ApiKeySchema } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
+import type { Clock } from "../shared/clock.js";
+import type { PaylinkEnv } from "../shared/config.js";
+import { KEY_ID, newKeyId } from "../shared/ids.js";
+import { invalid } from "../shared/rpc-errors.js";
+import { hashSecret, newSecret } from "./auth.js";
+import type { Db } from "./db.js";
+import * as keys from "./key-store.js";
+import { validateClientId } from "./validate.js";
+
+export interface AdminDeps {
+  db: Db;
+  clock: Clock;
+  env: PaylinkEnv;
+  /** Told of each revocation, so this copy stops trusting the key at once. */
+  onRevoked: (keyId: string) => void;
+}
+
+export function createAdminService({ db, clock, env, onRevoked }: AdminDeps): ServiceImpl<typeof AdminService> {
+  const clientIdOf = (value: string) => {
+    if (value.trim() === "") throw invalid("client_id is required");
+    return validateClientId(value);
+  };
+  return {
+    async createApiKey(req) {
+      const clientId = clientIdOf(req.clientId);
+      const secret = newSecret(env);
+      const row = await keys.insertKey(db, {
+        id: newKeyId(),
+        clientId,
+        secretHash: hashSecret(secret),
+        last4: secret.slice(-4),
+        createdAt: clock.now(),
+      });
+      return { apiKey: toApiKey(row), secret };
+    },
+    async listApiKeys(req) {
+      const rows = await keys.listKeys(db, clientIdOf(req.clientId));
+      return { apiKeys: rows.map(toApiKey) };
+    },
+    async revokeApiKey(req) {
+      const row = KEY_ID.test(req.id) ? await keys.revokeKey(db, req.id, clock.now()) : undefined;
+      if (!row) throw new ConnectError("API key not found", Code.NotFound);
+      onRevoked(row.id);
+      return { apiKey: toApiKey(row) };
+    },
+  };
+}
+
+function toApiKey(row: keys.ApiKeyRow): ApiKey {
+  return create(ApiKeySchema, {
+    id: row.id,
+    clientId: row.clientId,
+    last4: row.last4,
+    createdAt: timestampFromDate(row.createdAt),
+    lastUsedAt: row.lastUsedAt ? timestampFromDate(row.lastUsedAt) : undefined,
+    revokedAt: row.revokedAt ? timestampFromDate(row.revokedAt) : undefined,
+  });
+}
+
+/** Admits AdminService calls that carry `authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
+export function adminGuard(adminToken: string | undefined): Interceptor {
+  // Digests have one length whatever was sent, so the comparison leaks neither content nor length.
+  const expected = adminToken === undefined ? undefined : digest(adminToken);
+  return (next) => async (req) => {
+    if (req.service.typeName !== AdminService.typeName) return next(req);
+    if (!expected) throw new ConnectError("The admin service is off: ADMIN_TOKEN is not set", Code.Unimplemented);
+    const given = /^Bearer (.+)$/i.exec(req.header.get("authorization") ?? "")?.[1] ?? "";
+    if (!timingSafeEqual(digest(given), expected)) throw new ConnectError("Invalid admin token", Code.Unauthenticated);
+    return next(req);
+  };
+}
+
+const digest = (value: string) => createHash("sha256").update(value, "utf8").digest();

@@ -1,0 +1,109 @@
+// Rate limits over real sockets: per client on /v1 and per address on pay
+// (each gateway copy counts its own), and the per-link lock against card
+// testing, held in PostgreSQL so that every LinkService copy agrees.
+import { Code, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LinkService, PaymentMethod } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { startLinksServer } from "../services/links/server.js";
+import { createSandboxProcessor } from "../services/links/processor.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack({
+    gateway: { rateLimitClient: { max: 2, windowMs: 1000 }, rateLimitPay: { max: 3, windowMs: 60_000 } },
+  });
+});
+afterAll(() => stack?.close());
+
+const DECLINED = "4000000000000002";
+const card = (number: string) => ({ number, exp_month: 12, exp_year: 2099, cvc: "123" });
+
+describe("per client on /v1", () => {
+  it("admits a burst of twice the rate, then answers 429 with Retry-After", async () => {
+    const statuses = [];
+    for (let i = 0; i < 5; i++) statuses.push((await api(stack, "GET", "/v1/links", { clientId: "rl-burst" })).status);
+    expect(statuses).toEqual([200, 200, 200, 200, 429]);
+    const limited = await api(stack, "GET", "/v1/links", { clientId: "rl-burst" });
+    expect(limited.body).toEqual({ error: "Too many requests" });
+    expect(Number(limited.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    // Another client has its own budget.
+    expect((await api(stack, "GET", "/v1/links", { clientId: "rl-other" })).status).toBe(200);
+  });
+});
+
+describe("per address on pay", () => {
+  it("answers 429 after a burst of twice the rate", async () => {
+    const statuses = [];
+    for (let i = 0; i < 7; i++) {
+      statuses.push((await api(stack, "POST", "/link/lnk-nope/pay", { clientId: null, body: { payment_method: "bank_transfer" } })).status);
+    }
+    expect(statuses).toEqual([404, 404, 404, 404, 404, 404, 429]);
+  });
+
+  it("counts by X-Forwarded-For only from a trusted proxy (TRUST_PROXY)", async () => {
+    const proxied = await startStack({ gateway: { rateLimitPay: { max: 1, windowMs: 60_000 }, trustProxy: ["127.0.0.1"] } });
+    try {
+      const pay = (customer: string) =>
+        api(proxied, "POST", "/link/lnk-nope/pay", {
+          clientId: null,
+          body: { payment_method: "bank_transfer" },
+          headers: { "x-forwarded-for": customer },
+        });
+      expect([(await pay("203.0.113.1")).status, (await pay("203.0.113.1")).status, (await pay("203.0.113.1")).status]).toEqual([404, 404, 429]);
+      // Another customer behind the same proxy has a budget of its own.
+      expect((await pay("203.0.113.2")).status).toBe(404);
+    } finally {
+      await proxied.close();
+    }
+  });
+});
+
+describe("per link, across LinkService copies", () => {
+  it("stops card testing after 5 failures within an hour; the link stays created", async () => {
+    // Without the gateway's limits, so that only the link's lock answers.
+    const stack = await startStack();
+    const other = await startLinksServer({
+      db: stack.db,
+      port: 0,
+      host: "127.0.0.1",
+      checkoutBaseUrl: "http://checkout.test",
+      clock: stack.clock,
+      processor: createSandboxProcessor(),
+      logger: pino({ level: "silent" }),
+    });
+    try {
+      const copies = [stack.linksUrl, `http://127.0.0.1:${other.port}`].map((baseUrl) =>
+        createClient(LinkService, createGrpcTransport({ baseUrl })),
+      );
+      const link = (await api(stack, "POST", "/v1/links", { body: validLink() })).body;
+      const pay = (copy: number, number: string) =>
+        copies[copy]!.completePayment({
+          linkId: link.id,
+          paymentMethod: PaymentMethod.CARD,
+          card: { number, expMonth: 12, expYear: 2099, cvc: "123" },
+        });
+      // Declines and an invalid card, alternating between the copies.
+      for (let i = 0; i < 4; i++) await expect(pay(i % 2, DECLINED)).rejects.toMatchObject({ code: Code.FailedPrecondition });
+      await expect(pay(0, "4242424242424241")).rejects.toMatchObject({ code: Code.InvalidArgument });
+      stack.clock.advance(10 * 60_000);
+      // Locked on both copies, even for a good card.
+      await expect(pay(1, "4242424242424242")).rejects.toMatchObject({ code: Code.ResourceExhausted });
+      await expect(pay(0, "4242424242424242")).rejects.toMatchObject({ code: Code.ResourceExhausted });
+      const rest = await api(stack, "POST", `/link/${link.id}/pay`, { clientId: null, body: { payment_method: "card", card: card("4242424242424242") } });
+      expect(rest.status).toBe(429);
+      expect(rest.body).toEqual({ error: "Too many requests" });
+      expect(rest.headers.get("retry-after")).toBe(String(50 * 60));
+      expect(rest.headers.get("cache-control")).toBe("no-store");
+      expect((await api(stack, "GET", `/v1/links/${link.id}`)).body.status).toBe("created");
+      // Once the hour since the first failure has passed, the link can be paid.
+      stack.clock.advance(50 * 60_000);
+      expect((await pay(1, "4242424242424242")).paymentId).toMatch(/^pay-/);
+    } finally {
+      await other.close();
+      await stack.close();
+    }
+  });
+});
