@@ -150,6 +150,45 @@ describe("BatchGetLinks and BatchCreateLinks over gRPC", () => {
   });
 });
 
+describe("batch items in api-key mode", () => {
+  it("authenticates each item with its own credentials; one bad key fails that item alone", async () => {
+    const keyed = await startStack({ auth: "api-key" });
+    try {
+      const links = createClient(LinkService, createGrpcTransport({ baseUrl: keyed.linksUrl }));
+      const a = (await keyed.merchantHeaders("keyed-a")).authorization!;
+      const b = (await keyed.merchantHeaders("keyed-b")).authorization!;
+      const request = create(CreateLinkRequestSchema, {
+        type: LinkType.PAYMENT,
+        data: { amount: { value: 100n, currency: "USD" }, description: "keyed" },
+      });
+      const created = await links.batchCreateLinks({
+        items: [
+          { clientId: "keyed-a", authorization: a, request },
+          { clientId: "keyed-a", authorization: b, request },
+          { clientId: "keyed-a", authorization: "", request },
+          { clientId: "keyed-b", authorization: b, request },
+        ],
+      });
+      const outcome = created.results.map((r) =>
+        r.result.case === "response" ? r.result.value.link!.clientId : r.result.case === "error" ? [r.result.value.code, r.result.value.message] : undefined,
+      );
+      expect(outcome).toEqual([
+        "keyed-a",
+        [Code.PermissionDenied, "Unauthorized access"],
+        [Code.Unauthenticated, "Invalid API key"],
+        "keyed-b",
+      ]);
+      // A single call on the gRPC fast path meets the same rule.
+      const err = await links.createLink(request, { headers: { "client-id": "keyed-a" } }).catch((e: unknown) => e);
+      expect([(err as ConnectError).code, (err as ConnectError).rawMessage]).toEqual([Code.Unauthenticated, "Invalid API key"]);
+      const ok = await links.createLink(request, { headers: { "client-id": "keyed-a", authorization: a } });
+      expect(ok.link!.clientId).toBe("keyed-a");
+    } finally {
+      await keyed.close();
+    }
+  });
+});
+
 describe("the batched store", () => {
   it("commits concurrent creates together, and a row that fails fails alone", async () => {
     const { db, close } = createDb(inject("databaseUrl"), { max: 1 });
