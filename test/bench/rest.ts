@@ -14,9 +14,10 @@ import { parseArgs } from "node:util";
 import autocannon from "autocannon";
 import postgres from "postgres";
 import { create } from "@bufbuild/protobuf";
-import { createClient } from "@connectrpc/connect";
+import { type Client, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { CreateLinkRequestSchema, LinkService, LinkType } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { createLeanGrpcTransport } from "../../gateway/grpc-transport.js";
 import { createDatabase } from "../support/database.js";
 import { freePort, startNatsServer } from "../support/nats.js";
 import { childrenOf, cmdline, cpuMicros, postgresPids, rssBytes } from "./procs.js";
@@ -254,10 +255,18 @@ function printSummary(runs: Run[]) {
   }
 }
 
-/** gRPC straight to the LinkService with connect-es: sequential latency and 32-way throughput. */
+/**
+ * gRPC straight to the LinkService, sequential latency and 32-way
+ * throughput, with connect-es's own client and with the gateway's lean one.
+ */
 async function grpcTimings(linksUrl: string) {
-  const client = createClient(LinkService, createGrpcTransport({ baseUrl: linksUrl }));
-  const headers = { "client-id": "bench-merchant" };
+  const lean = createLeanGrpcTransport({ baseUrl: linksUrl, defaultTimeoutMs: 10_000, pingIntervalMs: 15_000 });
+  await grpcTiming("connect-es client", createClient(LinkService, createGrpcTransport({ baseUrl: linksUrl })));
+  await grpcTiming("lean gateway client", createClient(LinkService, lean));
+  lean.close();
+}
+
+async function grpcTiming(name: string, client: Client<typeof LinkService>) {  const headers = { "client-id": "bench-merchant" };
   const request = create(CreateLinkRequestSchema, {
     type: LinkType.PAYMENT,
     data: { amount: { value: 2550n, currency: "USD" }, description: "Order #1001" },
@@ -276,13 +285,13 @@ async function grpcTimings(linksUrl: string) {
     await client.getLink({ id }, { headers });
     timings.get.push(performance.now() - t0);
   }
-  console.log(`\ngRPC straight to the LinkService (connect-es client, ${calls} sequential calls each):`);
-  for (const [name, list] of Object.entries(timings)) {
+  console.log(`\ngRPC straight to the LinkService (${name}, ${calls} sequential calls each):`);
+  for (const [path, list] of Object.entries(timings)) {
     const sorted = list.sort((a, b) => a - b);
     const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!.toFixed(2);
-    console.log(`  ${name}: p50 ${at(0.5)} ms, p99 ${at(0.99)} ms`);
+    console.log(`  ${path}: p50 ${at(0.5)} ms, p99 ${at(0.99)} ms`);
   }
-  for (const name of ["create", "get"] as const) {
+  for (const path of ["create", "get"] as const) {
     const until = performance.now() + (opts.short ? 500 : 3000);
     let done = 0;
     const t0 = performance.now();
@@ -290,13 +299,13 @@ async function grpcTimings(linksUrl: string) {
       Array.from({ length: CONNECTIONS }, async (_, worker) => {
         let i = worker;
         while (performance.now() < until) {
-          if (name === "create") await client.createLink(request, { headers });
+          if (path === "create") await client.createLink(request, { headers });
           else await client.getLink({ id: ids[i++ % ids.length]! }, { headers });
           done++;
         }
       }),
     );
-    console.log(`  ${name}, ${CONNECTIONS} concurrent: ${Math.round(done / ((performance.now() - t0) / 1000))} calls/s`);
+    console.log(`  ${path}, ${CONNECTIONS} concurrent: ${Math.round(done / ((performance.now() - t0) / 1000))} calls/s`);
   }
 }
 
