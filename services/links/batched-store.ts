@@ -24,16 +24,18 @@ export function createBatchedStore(db: Db) {
 
   const writes = createBatcher<NewLinkRow, LinkRow>(
     async (rows) => {
+      const stored = (row: NewLinkRow, ids: Set<string>): LinkRow | Error =>
+        ids.has(row.id) ? { ...row, status: "created" } : new Error(`insert of ${row.id} returned no row`);
       try {
-        const stored = new Map((await queries.insertLinks(rows)).map((row) => [row.id, row]));
-        return rows.map((row) => stored.get(row.id) ?? new Error(`insert of ${row.id} returned no row`));
+        const ids = new Set((await queries.insertLinks(rows)).map(({ id }) => id));
+        return rows.map((row) => stored(row, ids));
       } catch (err) {
         if (rows.length === 1) throw err;
         // One bad row must not fail its neighbours: each alone, with its own outcome.
         return Promise.all(
           rows.map((row) =>
             queries.insertLinks([row]).then(
-              ([stored]) => stored ?? new Error(`insert of ${row.id} returned no row`),
+              (inserted) => stored(row, new Set(inserted.map(({ id }) => id))),
               (e: unknown) => (e instanceof Error ? e : new Error(String(e))),
             ),
           ),
@@ -46,7 +48,7 @@ export function createBatchedStore(db: Db) {
   return {
     /** The link, or undefined when no link has this id. */
     findLink: (id: string) => reads.add(id),
-    /** Inserts the link, committed together with the creates that queued beside it. */
+    /** Inserts the link, committed together with the creates that queued beside it; answers the row as stored. */
     insertLink: (row: NewLinkRow) => writes.add(row),
   };
 }

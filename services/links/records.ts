@@ -30,7 +30,8 @@ export function dataFromRow(row: Pick<LinkRow, "data">): LinkData {
   return fromJson(LinkDataSchema, row.data as JsonObject);
 }
 
-export function toLink(row: LinkRow, now: Date, checkoutBaseUrl: string): Link {
+/** `data` saves decoding row.data again when the caller holds it already (a create). */
+export function toLink(row: LinkRow, now: Date, checkoutBaseUrl: string, data: LinkData = dataFromRow(row)): Link {
   const status = statusAt(row, now);
   // A link changes when it expires; the sweeper records that moment as
   // updated_at, and a read before the sweep shows the same.
@@ -40,7 +41,7 @@ export function toLink(row: LinkRow, now: Date, checkoutBaseUrl: string): Link {
     url: `${checkoutBaseUrl}/link/${row.id}`,
     type: LinkType.PAYMENT,
     status: statusFromName(status),
-    data: dataFromRow(row),
+    data,
     clientId: row.clientId,
     expiresAt: timestampFromDate(row.expiresAt),
     createdAt: timestampFromDate(row.createdAt),

@@ -64,7 +64,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     if (req.idempotencyKey === undefined) {
       const now = clock.now();
       const row = await batched.insertLink(newRow(now));
-      return create(CreateLinkResponseSchema, { link: toLink(row, now, checkoutBaseUrl) });
+      return create(CreateLinkResponseSchema, { link: toLink(row, now, checkoutBaseUrl, input.data) });
     }
     return deps.idempotency.run(clientId, req, async (tx) => {
       const now = clock.now();

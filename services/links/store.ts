@@ -28,7 +28,9 @@ export function prepareHotQueries(db: Db) {
             AS r(id text, client_id text, data jsonb, metadata jsonb,
                  expires_at timestamptz, created_at timestamptz, updated_at timestamptz)`,
     )
-    .returning()
+    // Only the ids: the caller holds every value it inserted, and parsing the
+    // rows back (jsonb included) would cost more than the insert.
+    .returning({ id: links.id })
     .prepare("insert_links");
   return {
     /** The links among `ids` that exist, in no particular order; ids that name no link are not asked for. */
@@ -36,8 +38,8 @@ export function prepareHotQueries(db: Db) {
       const wanted = ids.filter(isLinkId);
       return wanted.length ? byIds.execute({ ids: wanted }) : Promise.resolve([]);
     },
-    /** Inserts the rows in one statement, so in one transaction; answers them as stored, in no particular order. */
-    insertLinks(rows: NewLinkRow[]): Promise<LinkRow[]> {
+    /** Inserts the rows in one statement, so in one transaction; answers the ids inserted, in no particular order. */
+    insertLinks(rows: NewLinkRow[]): Promise<{ id: string }[]> {
       const json = rows.map((row) => ({
         id: row.id,
         client_id: row.clientId,
