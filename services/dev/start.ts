@@ -16,6 +16,9 @@ const EMBEDDED_PG_PORT = process.env.EMBEDDED_POSTGRES_PORT ?? "54329";
 // `npm run dev` runs the sources through tsx. Each child runs the same way.
 const fromSource = import.meta.url.endsWith(".ts");
 const LOADER = fromSource ? ["--import", "tsx"] : [];
+// V8's young generation at 8 MB semi-spaces instead of 16: about 20 MB less
+// RSS per process under load, for no CPU cost we could measure (README, Performance).
+const NODE_FLAGS = ["--max-semi-space-size=8"];
 const entry = (relative: string) =>
   fileURLToPath(new URL(fromSource ? relative : relative.replace(/\.ts$/, ".js"), import.meta.url));
 const SERVICES = [
@@ -57,7 +60,7 @@ try {
   // DeliveryService; one made for this run when none is given.
   const internalToken = config.internalToken ?? randomBytes(24).toString("base64url");
   for (const [name, file] of SERVICES) {
-    const child = services.spawn(process.execPath, [...LOADER, entry(file)], {
+    const child = services.spawn(process.execPath, [...NODE_FLAGS, ...LOADER, entry(file)], {
       env: { ...process.env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken },
     });
     stopEverythingWhenItDies(name, child);
