@@ -124,10 +124,8 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
     Promise.resolve()
       .then(() => options.beforeHandler(ctx))
       .then(() => route.impl(input, ctx))
-      .then(
-        (output) => finish(toBinary(route.method.output, create(route.method.output, output))),
-        (err: unknown) => finish(options.toRpcError(err, route.method.name)),
-      );
+      .then((output) => toBinary(route.method.output, create(route.method.output, output)))
+      .then(finish, (err: unknown) => finish(options.toRpcError(err, route.method.name)));
   });
   req.on("error", () => finish(new ConnectError("the request stream failed", Code.Canceled)));
 }
