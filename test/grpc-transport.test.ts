@@ -1,0 +1,82 @@
+// The gateway's lean gRPC transport against servers that misbehave for real:
+// one that never answers, one that resets the stream mid-call, and none at
+// all. Each must end the call promptly with the code the gateway maps to
+// 503, never hang and never look like a server bug.
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { afterEach, describe, expect, it } from "vitest";
+import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createLeanGrpcTransport } from "../gateway/grpc-transport.js";
+import { httpErrorOf } from "../gateway/errors.js";
+import { freePort } from "./support/nats.js";
+
+const servers: http2.Http2Server[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) await new Promise((r) => server.close(r));
+});
+
+async function serve(onStream: (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => void) {
+  const server = http2.createServer();
+  server.on("stream", onStream);
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+const client = (baseUrl: string, defaultTimeoutMs = 300) => {
+  const transport = createLeanGrpcTransport({ baseUrl, defaultTimeoutMs, pingIntervalMs: 60_000 });
+  return { links: createClient(LinkService, transport), close: () => transport.close() };
+};
+const failure = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => e as ConnectError);
+
+describe("the lean gRPC transport", () => {
+  it("sends its deadline as grpc-timeout and gives up when it passes", async () => {
+    let timeout: string | undefined;
+    const url = await serve((stream, headers) => {
+      timeout = headers["grpc-timeout"] as string;
+      stream.on("error", () => {});
+      // never answers
+    });
+    const { links, close } = client(url);
+    const started = Date.now();
+    const err = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    close();
+    expect(timeout).toBe("300m");
+    expect(err?.code).toBe(Code.DeadlineExceeded);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(httpErrorOf(err)).toEqual({ status: 503, message: "Service unavailable" });
+  });
+
+  it("answers Unavailable when the stream is reset mid-call", async () => {
+    const url = await serve((stream) => {
+      stream.on("error", () => {}); // the reset this test makes on purpose
+      stream.respond({ ":status": 200, "content-type": "application/grpc+proto" });
+      stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    });
+    const { links, close } = client(url, 5_000);
+    const err = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    close();
+    expect(err?.code).toBe(Code.Unavailable);
+    expect(httpErrorOf(err)?.status).toBe(503);
+  });
+
+  it("answers Unavailable when nothing listens, and recovers once something does", async () => {
+    const port = await freePort();
+    const { links, close } = client(`http://127.0.0.1:${port}`, 5_000);
+    const err = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    expect(err?.code).toBe(Code.Unavailable);
+
+    const server = http2.createServer();
+    servers.push(server);
+    server.on("stream", (stream) => {
+      stream.respond({ ":status": 200, "content-type": "application/grpc+proto" }, { waitForTrailers: true });
+      stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "5", "grpc-message": "Link%20not%20found" }));
+      stream.end();
+    });
+    await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+    const again = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    close();
+    expect([again?.code, again?.rawMessage]).toEqual([Code.NotFound, "Link not found"]);
+  });
+});
