@@ -5,14 +5,19 @@ import { execSync } from "node:child_process";
 
 const TICK_US = 1_000_000 / Number(execSync("getconf CLK_TCK").toString().trim() || 100);
 
-/** Microseconds of CPU the processes have used so far (exited ones count as 0). */
+/**
+ * Microseconds of CPU the processes have used so far, their reaped children's
+ * included: a PostgreSQL backend that exits moves its time into the
+ * postmaster's, so a group's total never goes back.
+ */
 export function cpuMicros(pids: number[]): number {
   let ticks = 0;
   for (const pid of pids) {
     try {
-      // The command name may hold spaces; the fields after ") " are fixed.
+      // The command name may hold spaces; the fields after ") " are fixed
+      // (utime, stime, cutime, cstime are fields 14 to 17 of proc(5)).
       const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-      ticks += Number(fields[11]) + Number(fields[12]);
+      ticks += Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]);
     } catch {
       // gone
     }
