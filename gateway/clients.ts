@@ -18,6 +18,8 @@ import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 // Two calls in flight keep the LinkService busy while the gateway prepares
 // the next batch; more only makes the batches smaller.
 const BATCHING = { maxInFlight: 2, maxBatch: 256 };
+// How long a request may take, queueing for its batch included.
+const RPC_DEADLINE_MS = 10_000;
 
 /** Who a call speaks for: a batch item carries it as fields, a single call as headers. */
 export interface Caller {
@@ -26,34 +28,40 @@ export interface Caller {
   authorization?: string;
 }
 
-export function createClients(linksUrl: string) {
+export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }: { deadlineMs?: number } = {}) {
   // One HTTP/2 session, kept alive with pings, multiplexes every call. It
   // asks for no compression: batches pass 1 KiB, where the server would
   // gzip them on a thread-pool round trip that costs more than it saves on
   // loopback or a LAN.
-  const transport = createLeanGrpcTransport({ baseUrl: linksUrl, pingIntervalMs: 15_000, defaultTimeoutMs: 10_000 });
+  const transport = createLeanGrpcTransport({ baseUrl: linksUrl, pingIntervalMs: 15_000, defaultTimeoutMs: deadlineMs });
   const links = createClient(LinkService, transport);
   const health = createClient(Health, transport);
 
-  const gets = createBatcher<{ caller: Caller; id: string }, GetLinkResponse>(
-    async (items) =>
+  const gets = createBatcher<Queued<{ caller: Caller; id: string }>, GetLinkResponse>(
+    withinDeadlines(async (items, timeoutMs) =>
       results(
         items.length,
-        (await links.batchGetLinks({ items: items.map(({ caller, id }) => ({ ...caller, request: { id } })) })).results,
+        (await links.batchGetLinks({ items: items.map(({ caller, id }) => ({ ...caller, request: { id } })) }, { timeoutMs })).results,
       ),
+    ),
     BATCHING,
   );
-  const creates = createBatcher<{ caller: Caller; request: CreateLinkRequest }, CreateLinkResponse>(
-    async (items) =>
-      results(items.length, (await links.batchCreateLinks({ items: items.map(({ caller, request }) => ({ ...caller, request })) })).results),
+  const creates = createBatcher<Queued<{ caller: Caller; request: CreateLinkRequest }>, CreateLinkResponse>(
+    withinDeadlines(async (items, timeoutMs) =>
+      results(
+        items.length,
+        (await links.batchCreateLinks({ items: items.map(({ caller, request }) => ({ ...caller, request })) }, { timeoutMs })).results,
+      ),
+    ),
     BATCHING,
   );
+  const due = () => Date.now() + deadlineMs;
 
   return {
     links,
     close: () => transport.close(),
-    getLink: (caller: Caller, id: string) => gets.add({ caller, id }),
-    createLink: (caller: Caller, request: CreateLinkRequest) => creates.add({ caller, request }),
+    getLink: (caller: Caller, id: string) => gets.add({ value: { caller, id }, deadline: due() }),
+    createLink: (caller: Caller, request: CreateLinkRequest) => creates.add({ value: { caller, request }, deadline: due() }),
     async ready(): Promise<boolean> {
       try {
         const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: 2_000 });
@@ -62,6 +70,30 @@ export function createClients(linksUrl: string) {
         return false;
       }
     },
+  };
+}
+
+/** A request waiting for a batch, and when its own deadline passes. */
+interface Queued<T> {
+  value: T;
+  deadline: number;
+}
+
+/**
+ * A request's deadline runs from when it queued, not from when its batch
+ * left: a request that waited behind a slow call has that much less time.
+ * One already out of time is answered DeadlineExceeded without being sent;
+ * the batch's deadline is its most urgent request's.
+ */
+function withinDeadlines<T, O>(send: (items: T[], timeoutMs: number) => Promise<(O | Error)[]>) {
+  return async (queued: Queued<T>[]): Promise<(O | Error)[]> => {
+    const now = Date.now();
+    const live = queued.filter((q) => q.deadline > now);
+    const answers = live.length ? await send(live.map((q) => q.value), Math.min(...live.map((q) => q.deadline)) - now) : [];
+    let next = 0;
+    return queued.map((q) =>
+      q.deadline > now ? answers[next++]! : new ConnectError("the request waited past its deadline", Code.DeadlineExceeded),
+    );
   };
 }
 

@@ -8,6 +8,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { afterEach, describe, expect, it } from "vitest";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createLeanGrpcTransport } from "../gateway/grpc-transport.js";
+import { createClients } from "../gateway/clients.js";
 import { httpErrorOf } from "../gateway/errors.js";
 import { freePort } from "./support/nats.js";
 
@@ -78,5 +79,29 @@ describe("the lean gRPC transport", () => {
     const again = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
     close();
     expect([again?.code, again?.rawMessage]).toEqual([Code.NotFound, "Link not found"]);
+  });
+});
+
+describe("batched calls", () => {
+  it("count a request's deadline from when it queued, so waiting behind a hung call never doubles it", async () => {
+    const url = await serve((stream) => stream.on("error", () => {})); // never answers
+    const clients = createClients(url, { deadlineMs: 400 });
+    const started = Date.now();
+    const get = (i: number) =>
+      failure(clients.getLink({ clientId: "a" }, `lnk-${i}`)).then((err) => [err?.code, Date.now() - started] as const);
+    const tick = () => new Promise((r) => setImmediate(r));
+    // Two calls fill the two slots; the rest queue behind them.
+    const first = get(0);
+    await tick();
+    const second = get(1);
+    await tick();
+    const queued = [2, 3, 4, 5].map(get);
+    const outcomes = await Promise.all([first, second, ...queued]);
+    clients.close();
+    for (const [code, elapsed] of outcomes) {
+      expect(code).toBe(Code.DeadlineExceeded);
+      // Counted from its own start, a queued request would end near 800 ms.
+      expect(elapsed).toBeLessThan(650);
+    }
   });
 });
