@@ -13,6 +13,7 @@ import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from 
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
 import { authenticationFirst, callerRefusal } from "./caller.js";
 import type { Clients } from "./clients.js";
+import type { GatewayMetrics } from "./metrics.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { hasClientId, registerRest } from "./rest.js";
 
@@ -33,6 +34,8 @@ export interface GatewayDeps {
   requestTimeoutMs?: number;
   /** TRUST_PROXY: proxies whose X-Forwarded-For names the client's address (the pay limit counts by it). */
   trustProxy?: string[];
+  /** Request durations; none are kept when absent. */
+  metrics?: GatewayMetrics;
 }
 
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
@@ -106,6 +109,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
   });
+  deps.metrics?.register(app);
   // After every onRequest check (Client-Id first), before the body is read:
   // a compressed body is not JSON we could check.
   app.addHook("preParsing", async (req, _reply, payload) => {

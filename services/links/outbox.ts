@@ -104,3 +104,14 @@ export async function claimLegacyPaymentEvents(db: Executor, limit: number) {
 export async function replacePayload(db: Executor, id: string, event: Event): Promise<void> {
   await db.update(outbox).set({ payload: toBinary(EventSchema, event), idsOnly: true }).where(eq(outbox.id, id));
 }
+
+/** When the oldest unpublished event was written; undefined when none waits. */
+export async function oldestUnpublishedAt(db: Executor): Promise<Date | undefined> {
+  const [row] = await db
+    .select({ at: outbox.createdAt })
+    .from(outbox)
+    .where(isNull(outbox.publishedAt))
+    .orderBy(asc(outbox.createdAt))
+    .limit(1);
+  return row?.at;
+}

@@ -27,6 +27,8 @@ export interface RelayOptions {
   publishTimeoutMs?: number;
   reconnectWaitMs?: number;
   topology?: Pick<Topology, "eventStream" | "eventSubjectPrefix" | "replicas">;
+  /** Told when the NATS connection is made, lost and back (metrics). */
+  onConnection?: (up: boolean) => void;
 }
 
 export interface Relay {
@@ -157,10 +159,12 @@ export function createRelay(opts: RelayOptions): Relay {
     return watchConnection(conn, {
       disconnect() {
         connected = false;
+        opts.onConnection?.(false);
         logger.warn("NATS connection lost; events wait in the outbox");
       },
       reconnect() {
         connected = true;
+        opts.onConnection?.(true);
         // A restarted server may have come back without its store.
         streamReady = false;
         logger.info("NATS connection back; catching up");
@@ -181,6 +185,7 @@ export function createRelay(opts: RelayOptions): Relay {
     nc = conn;
     js = conn.jetstream();
     connected = true;
+    opts.onConnection?.(true);
     void watch(conn);
     kick();
   }

@@ -20,6 +20,8 @@ import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
 import { createGrpcFastPath } from "./grpc-fast-path.js";
 import { internalAuth } from "./internal-auth.js";
+import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
+import { serveMetrics } from "../shared/metrics.js";
 import { errorBoundary, toRpcError } from "./interceptors.js";
 import { createPayments } from "./payments.js";
 import type { PaymentProcessor } from "./processor.js";
@@ -44,6 +46,10 @@ export interface LinksServerOptions {
   auth?: AuthMode;
   /** Turns the AdminService on. */
   adminToken?: string;
+  /** Made here when not given (tests scrape `metrics.registry`). */
+  metrics?: LinksMetrics;
+  /** LINKS_METRICS_PORT: /metrics listens there, apart from the RPC port; none when absent. */
+  metricsPort?: number;
 }
 
 /** A larger message is refused before it is decoded (RESOURCE_EXHAUSTED). */
@@ -53,6 +59,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const { db, clock, logger } = opts;
   const onEventsCommitted = opts.onEventsCommitted ?? (() => {});
   const env = opts.env ?? "test";
+  const metrics = opts.metrics ?? createLinksMetrics({ db, clock });
   const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id" });
   const service = createLinkService({
     db,
@@ -63,15 +70,17 @@ export async function startLinksServer(opts: LinksServerOptions) {
     batched: createBatchedStore(db),
     logger,
     idempotency: createIdempotency({ db, clock }),
-    payments: createPayments({
-      db,
-      clock,
-      processor: opts.processor,
-      logger,
-      onEventsCommitted,
-    }),
+    payments: metrics.countPayments(
+      createPayments({
+        db,
+        clock,
+        processor: opts.processor,
+        logger,
+        onEventsCommitted,
+      }),
+    ),
   });
-  const handler = createGrpcFastPath({
+  const handler = metrics.measure(createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
     // The fast path runs no interceptors: it asks the same authentication.
     contextValues: requestContextValues,
@@ -94,7 +103,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     }),
     readMaxBytes: MAX_MESSAGE_BYTES,
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
-  });
+  }));
   const server = http2.createServer((req, res) => {
     // Answered before the request was read to its end (a message over
     // MAX_MESSAGE_BYTES, say): after a moment for the client to read the
@@ -116,16 +125,21 @@ export async function startLinksServer(opts: LinksServerOptions) {
     server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
   });
   const port = (server.address() as AddressInfo).port;
+  const metricsServer =
+    opts.metricsPort === undefined ? undefined : await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
 
   return {
     port,
     authenticator,
+    metrics,
+    metricsPort: metricsServer?.port,
     async close() {
       // Stop accepting and tell clients to go away; GOAWAY lets open
       // streams finish first.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const session of sessions) session.close();
       await closed;
+      await metricsServer?.close();
     },
   };
 }

@@ -6,7 +6,7 @@
 // a notifier that dies mid-schedule loses nothing; a copy the broker loses is
 // published again by the LinkService's reconciliation.
 import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
 import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
 import {
@@ -133,6 +133,7 @@ export function createHandler(deps: HandlerDeps) {
       error: "error" in outcome ? outcome.error.slice(0, ERROR_MAX) : undefined,
     });
 
+    metrics.attempt(outcome.kind, result.durationMs / 1000);
     const lastAttempt = outcome.kind === "refused" || (outcome.kind === "failed" && attempt > retrySchedule.length);
     if (lastAttempt) {
       // Policy (refused) or the end of the schedule: dead-letter, ids only.
@@ -147,6 +148,7 @@ export function createHandler(deps: HandlerDeps) {
     switch (outcome.kind) {
       case "delivered":
         metrics.inc("delivered");
+        if (event.occurredAt) metrics.delivered(timestampDate(event.occurredAt));
         result.outcome = AttemptOutcome.DELIVERED;
         await record(msg, result);
         msg.ack();

@@ -150,10 +150,12 @@ export async function startNotifier(opts: NotifierOptions) {
     return watchConnection(conn, {
       disconnect() {
         connected = false;
+        metrics.natsConnected(false);
         logger.warn("NATS connection lost; waiting for it to come back");
       },
       async reconnect() {
         connected = true;
+        metrics.natsConnected(true);
         // A server that came back without its store has lost the topology.
         await ensureTopology(conn).catch((err: unknown) => logger.error({ err }, "cannot ensure topology"));
       },
@@ -171,6 +173,7 @@ export async function startNotifier(opts: NotifierOptions) {
     if (!conn) return;
     nc = conn;
     connected = true;
+    metrics.natsConnected(true);
     void watch(conn);
     for (;;) {
       try {

@@ -50,9 +50,10 @@ export async function startStack(opts: StackOptions = {}) {
     env,
     auth,
     adminToken: opts.adminToken,
+    metricsPort: 0,
   });
   const linksUrl = `http://127.0.0.1:${links.port}`;
-  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger });
+  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger, metricsPort: 0 });
   const gatewayUrl = `http://127.0.0.1:${gateway.port}`;
   // In api-key mode every client the tests name gets a key of its own.
   const secrets = new Map<string, Promise<string>>();
@@ -85,6 +86,10 @@ export async function startStack(opts: StackOptions = {}) {
     db,
     linksUrl,
     gatewayUrl,
+    /** The LinkService's metrics (its sweeper and relay report there too). */
+    linksMetrics: links.metrics,
+    linksMetricsUrl: `http://127.0.0.1:${links.metricsPort}/metrics`,
+    gatewayMetricsUrl: `http://127.0.0.1:${gateway.metricsPort}/metrics`,
     async close() {
       await gateway.close();
       await links.close();
