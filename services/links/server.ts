@@ -5,6 +5,8 @@ import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import "./text-decoding.js";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
+import { ServerReflection as ReflectionV1 } from "../../proto/gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ReflectionV1Alpha } from "../../proto/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { AdminService } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
@@ -20,6 +22,7 @@ import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
 import { createGrpcFastPath } from "./grpc-fast-path.js";
 import { internalAuth } from "./internal-auth.js";
+import { createReflection } from "./reflection.js";
 import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
 import { serveMetrics } from "../shared/metrics.js";
 import { errorBoundary, toRpcError } from "./interceptors.js";
@@ -99,6 +102,10 @@ export async function startLinksServer(opts: LinksServerOptions) {
         router.service(DeliveryService, createDeliveryService({ db, clock }));
         router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
         router.service(Health, createHealthService(() => ping(db)));
+        // Streaming, so never on the fast path; open to any caller, as grpc's own is.
+        const reflection = createReflection([LinkService, AdminService, DeliveryService, Health]);
+        router.service(ReflectionV1, reflection.v1);
+        router.service(ReflectionV1Alpha, reflection.v1alpha);
       },
     }),
     readMaxBytes: MAX_MESSAGE_BYTES,
