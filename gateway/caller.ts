@@ -13,6 +13,12 @@ import { httpErrorOf } from "./errors.js";
 const forwarded = new WeakSet<FastifyRequest>();
 const identified = new WeakSet<FastifyRequest>();
 
+/** Check 1: a Client-Id that is not blank. */
+export function hasClientId(req: FastifyRequest): boolean {
+  const clientId = req.headers["client-id"];
+  return typeof clientId === "string" && clientId.trim() !== "";
+}
+
 /** Who calls, for a LinkService call made for `req` (a batch item carries it as fields). */
 export function caller(req: FastifyRequest): Caller {
   forwarded.add(req);

@@ -1,8 +1,9 @@
 // The customer's checkout: the page at /link/{id} and its pay endpoint. No
 // Client-Id: the customer holds only the link id.
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
-import { route, type GatewayDeps } from "../app.js";
+import type { GatewayDeps } from "../deps.js";
+import { route } from "../routing.js";
 import { httpErrorOf } from "../errors.js";
 import { limitFor } from "../rate-limits.js";
 import { statusName } from "../../services/shared/names.js";
@@ -14,7 +15,7 @@ import { statusPage } from "./status-page.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
-export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv, rateLimitPay }: GatewayDeps): void {
+export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, paylinkEnv, rateLimitPay }) => {
   const { links } = clients;
   const testMode = paylinkEnv === "test";
 
@@ -50,4 +51,4 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv, ra
       return reply.send(paymentResultToJson(res));
     },
   }, limitFor(rateLimitPay));
-}
+};
