@@ -11,6 +11,7 @@ import { badRequest, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
 import { authenticationFirst, callerRefusal, hasClientId } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
+import { registerOpenApi } from "./openapi.js";
 import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
@@ -132,6 +133,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
   app.setNotFoundHandler((_req, reply) => sendError(reply, { status: 404, message: "Not found" }));
 
+  registerOpenApi(app);
   app.register(probes, deps);
   registerRateLimits(app);
   app.register(rest, { ...deps, prefix: "/v1" });

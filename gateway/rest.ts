@@ -10,6 +10,7 @@ import {
 import { asCaller, caller, hasClientId, markIdentified } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { route } from "./routing.js";
+import { ROUTE_SCHEMAS } from "./schemas.js";
 import { clientKey, limitFor } from "./rate-limits.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
@@ -61,7 +62,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateL
       );
       return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
     },
-  }, limited);
+  }, { ...limited, schema: ROUTE_SCHEMAS.links });
 
   route(v1, "/links/:id", {
     async GET(req, reply) {
@@ -72,7 +73,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateL
       if (refused) throw refused;
       return sendLink(reply, link!);
     },
-  }, limited);
+  }, { ...limited, schema: ROUTE_SCHEMAS.link });
 
   route(v1, "/links/:id/expire", {
     async POST(req, reply) {
@@ -80,7 +81,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateL
       const { link } = await links.expireLink({ id: idOf(req) }, asCaller(req));
       return sendLink(reply, link!);
     },
-  }, { ...limited, preParsing: emptyChunkedIsNoBody });
+  }, { ...limited, preParsing: emptyChunkedIsNoBody, schema: ROUTE_SCHEMAS.expire });
 
   // The link's sub-resources answer in any link status (404 and 403 only).
   route(v1, "/links/:id/payment", {
@@ -88,14 +89,14 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateL
       const { payment } = await links.getPayment({ linkId: idOf(req) }, asCaller(req));
       return reply.send(paymentToJson(payment!));
     },
-  }, limited);
+  }, { ...limited, schema: ROUTE_SCHEMAS.payment });
 
   route(v1, "/links/:id/events", {
     async GET(req, reply) {
       const { events } = await links.listLinkEvents({ linkId: idOf(req) }, asCaller(req));
       return reply.send({ data: events.map(linkEventToJson) });
     },
-  }, limited);
+  }, { ...limited, schema: ROUTE_SCHEMAS.events });
 
   route(v1, "/links/:id/events/:eventId/redeliver", {
     async POST(req, reply) {
@@ -104,7 +105,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateL
       const { event } = await links.redeliverEvent({ linkId: idOf(req), eventId }, asCaller(req));
       return reply.code(202).send(linkEventToJson(event!));
     },
-  }, { ...limited, preParsing: emptyChunkedIsNoBody });
+  }, { ...limited, preParsing: emptyChunkedIsNoBody, schema: ROUTE_SCHEMAS.redeliver });
 };
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;

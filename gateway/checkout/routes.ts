@@ -4,6 +4,7 @@ import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { GatewayDeps } from "../deps.js";
 import { route } from "../routing.js";
+import { ROUTE_SCHEMAS } from "../schemas.js";
 import { httpErrorOf } from "../errors.js";
 import { limitFor } from "../rate-limits.js";
 import { statusName } from "../../services/shared/names.js";
@@ -38,7 +39,7 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
       }
       return sendPage(reply, 200, checkoutPage(checkout, { testMode }));
     },
-  });
+  }, { schema: ROUTE_SCHEMAS.checkoutPage });
 
   route(app, "/link/:id/pay", {
     async POST(req, reply) {
@@ -50,5 +51,5 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
       const res = await links.completePayment(request, { timeoutMs: 30_000 });
       return reply.send(paymentResultToJson(res));
     },
-  }, limitFor(rateLimitPay));
+  }, { ...limitFor(rateLimitPay), schema: ROUTE_SCHEMAS.pay });
 };

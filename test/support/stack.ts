@@ -12,6 +12,7 @@ import { newKeyId } from "../../services/shared/ids.js";
 import { startLinksServer } from "../../services/links/server.js";
 import type { Logger } from "../../services/shared/logger.js";
 import { testClock } from "./clock.js";
+import { expectDocumented } from "./openapi.js";
 
 export interface StackOptions {
   env?: "test" | "production";
@@ -126,6 +127,7 @@ export async function api(
   } catch {
     json = undefined;
   }
+  await expectDocumented(stack.gatewayUrl, method, path, res.status, res.headers.get("content-type"), json);
   return { status: res.status, headers: res.headers, body: json, text };
 }
 
