@@ -28,8 +28,7 @@ if [ -z "${TEST_DATABASE_URL:-}" ] && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/de
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
     for _ in $(seq 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
   else
-    echo "no PostgreSQL answers at 127.0.0.1:5432: start one that user postgres can reach without a password," >&2
-    echo "or set TEST_DATABASE_URL to an admin URL of another server" >&2
-    exit 1
+    # The suite's global setup starts the embedded PostgreSQL of `npm start` instead.
+    echo "no PostgreSQL answers at 127.0.0.1:5432: the suite will start the embedded one"
   fi
 fi
