@@ -3,7 +3,7 @@
 // the same deps. Its only outside dependency is a LinkService client.
 import { randomUUID } from "node:crypto";
 import { STATUS_CODES } from "node:http";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { sendPage } from "./checkout/layout.js";
 import { checkout } from "./checkout/routes.js";
 import { statusPage } from "./checkout/status-page.js";
@@ -15,6 +15,7 @@ import { registerOpenApi } from "./openapi.js";
 import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
+import { tracedChildLogger } from "./trace.js";
 import { ALL_METHODS, sendError } from "./routing.js";
 
 export type { GatewayDeps } from "./deps.js";
@@ -45,6 +46,9 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
     },
     requestIdHeader: false,
+    // The same names on every process's log lines: requestId and traceId.
+    logController: new LogController({ requestIdLogLabel: "requestId" }),
+    childLoggerFactory: tracedChildLogger as never,
     return503OnClosing: true,
     // Node caps a request head at 16 KiB, so no id is cut off by the router:
     // a long id is simply a link that does not exist (404, not 414).

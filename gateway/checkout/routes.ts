@@ -5,6 +5,7 @@ import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { GatewayDeps } from "../deps.js";
 import { route } from "../routing.js";
 import { ROUTE_SCHEMAS } from "../schemas.js";
+import { forwardTrace } from "../trace.js";
 import { httpErrorOf } from "../errors.js";
 import { limitFor } from "../rate-limits.js";
 import { statusName } from "../../services/shared/names.js";
@@ -48,7 +49,7 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
       const request = paymentRequestFromJson(idOf(req), req.body);
       // Longer than other calls: the processor's round trip is inside it,
       // and a customer told "try again" must not have been charged meanwhile.
-      const res = await links.completePayment(request, { timeoutMs: 30_000 });
+      const res = await links.completePayment(request, { timeoutMs: 30_000, headers: forwardTrace(req) });
       return reply.send(paymentResultToJson(res));
     },
   }, { ...limitFor(rateLimitPay), schema: ROUTE_SCHEMAS.pay });

@@ -25,6 +25,7 @@ import { internalAuth } from "./internal-auth.js";
 import { createReflection } from "./reflection.js";
 import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
 import { serveMetrics } from "../shared/metrics.js";
+import { runWithTrace, traceFrom } from "../shared/trace-context.js";
 import { errorBoundary, toRpcError } from "./interceptors.js";
 import { createPayments } from "./payments.js";
 import type { PaymentProcessor } from "./processor.js";
@@ -120,7 +121,9 @@ export async function startLinksServer(opts: LinksServerOptions) {
       if (req.readableEnded || req.stream.destroyed) return;
       setTimeout(() => req.stream.destroy(), 1000).unref();
     });
-    handler(req, res);
+    // The caller's X-Request-Id and traceparent (the gateway's): every log
+    // line and outbox event of this call carries them.
+    runWithTrace(traceFrom(req.headers.traceparent, req.headers["x-request-id"]), () => handler(req, res));
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {

@@ -21,6 +21,7 @@ import type { Logger } from "../shared/logger.js";
 import type { Deliverer, Outcome } from "./deliver.js";
 import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
+import { runWithTrace, traceFrom } from "../shared/trace-context.js";
 
 export interface HandlerDeps {
   js: JetStreamClient;
@@ -78,7 +79,14 @@ export function createHandler(deps: HandlerDeps) {
     }
   }
 
-  return async function handle(msg: JsMsg): Promise<void> {
+  /** Each event is handled in its request's trace (NATS headers X-Request-Id, traceparent): its log lines carry them. */
+  return function handle(msg: JsMsg): Promise<void> {
+    const traceparent = msg.headers?.get("traceparent");
+    if (!traceparent) return handleEvent(msg);
+    return runWithTrace(traceFrom(traceparent, msg.headers?.get("X-Request-Id")), () => handleEvent(msg));
+  };
+
+  async function handleEvent(msg: JsMsg): Promise<void> {
     let event: Event;
     try {
       event = fromBinary(EventSchema, msg.data);
@@ -134,6 +142,7 @@ export function createHandler(deps: HandlerDeps) {
     });
 
     metrics.attempt(outcome.kind, result.durationMs / 1000);
+    log.info({ attempt, outcome: outcome.kind, statusCode: result.statusCode, durationMs: result.durationMs }, "webhook attempt");
     const lastAttempt = outcome.kind === "refused" || (outcome.kind === "failed" && attempt > retrySchedule.length);
     if (lastAttempt) {
       // Policy (refused) or the end of the schedule: dead-letter, ids only.
@@ -173,7 +182,7 @@ export function createHandler(deps: HandlerDeps) {
         return;
       }
     }
-  };
+  }
 }
 
 function statusOf(outcome: Outcome): number | undefined {

@@ -22,6 +22,7 @@ import {
   watchConnection,
 } from "../shared/jetstream.js";
 import { createMetrics } from "./metrics.js";
+import { currentTrace, traceHeaders } from "../shared/trace-context.js";
 
 export interface NotifierOptions {
   natsUrl: string;
@@ -65,6 +66,8 @@ export async function startNotifier(opts: NotifierOptions) {
       pingIntervalMs: 15_000,
       interceptors: [(next) => (req) => {
         if (authorization) req.header.set("authorization", authorization.authorization);
+        // The event's request, on to the LinkService's log lines too.
+        for (const [name, value] of Object.entries(traceHeaders(currentTrace()))) req.header.set(name, value);
         return next(req);
       }],
     }),
