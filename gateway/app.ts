@@ -15,7 +15,7 @@ import { registerOpenApi } from "./openapi.js";
 import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
-import { tracedChildLogger } from "./trace.js";
+import { endSpans, tracedChildLogger } from "./trace.js";
 import { ALL_METHODS, sendError } from "./routing.js";
 
 export type { GatewayDeps } from "./deps.js";
@@ -99,6 +99,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     reply.header("x-request-id", req.id);
   });
   deps.metrics?.register(app);
+  endSpans(app);
   // After every onRequest check (Client-Id first), before the body is read:
   // a compressed body is not JSON we could check.
   app.addHook("preParsing", async (req, _reply, payload) => {

@@ -25,6 +25,7 @@ import { internalAuth } from "./internal-auth.js";
 import { createReflection } from "./reflection.js";
 import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
 import { serveMetrics } from "../shared/metrics.js";
+import { startSpan } from "../shared/telemetry.js";
 import { runWithTrace, traceFrom } from "../shared/trace-context.js";
 import { errorBoundary, toRpcError } from "./interceptors.js";
 import { createPayments } from "./payments.js";
@@ -123,7 +124,13 @@ export async function startLinksServer(opts: LinksServerOptions) {
     });
     // The caller's X-Request-Id and traceparent (the gateway's): every log
     // line and outbox event of this call carries them.
-    runWithTrace(traceFrom(req.headers.traceparent, req.headers["x-request-id"]), () => handler(req, res));
+    const trace = traceFrom(req.headers.traceparent, req.headers["x-request-id"]);
+    const span = startSpan(req.url, trace);
+    if (span) {
+      trace.spanId = span.spanId;
+      res.once("close", () => span.end({ "rpc.method": req.url, "http.response.status_code": res.statusCode }));
+    }
+    runWithTrace(trace, () => handler(req, res));
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {

@@ -21,6 +21,7 @@ import type { Logger } from "../shared/logger.js";
 import type { Deliverer, Outcome } from "./deliver.js";
 import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
+import { startSpan } from "../shared/telemetry.js";
 import { runWithTrace, traceFrom } from "../shared/trace-context.js";
 
 export interface HandlerDeps {
@@ -83,7 +84,17 @@ export function createHandler(deps: HandlerDeps) {
   return function handle(msg: JsMsg): Promise<void> {
     const traceparent = msg.headers?.get("traceparent");
     if (!traceparent) return handleEvent(msg);
-    return runWithTrace(traceFrom(traceparent, msg.headers?.get("X-Request-Id")), () => handleEvent(msg));
+    const trace = traceFrom(traceparent, msg.headers?.get("X-Request-Id"));
+    const span = startSpan("webhook attempt", trace, "consumer");
+    if (!span) return runWithTrace(trace, () => handleEvent(msg));
+    trace.spanId = span.spanId;
+    return runWithTrace(trace, () => handleEvent(msg)).then(
+      () => span.end({ "messaging.message.id": msg.seq }),
+      (err: unknown) => {
+        span.end({ "messaging.message.id": msg.seq }, true);
+        throw err;
+      },
+    );
   };
 
   async function handleEvent(msg: JsMsg): Promise<void> {

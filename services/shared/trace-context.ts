@@ -14,6 +14,8 @@ export interface TraceContext {
   /** The caller's span, 16 hex digits: the parent of what this process does. */
   parentId: string;
   flags: string;
+  /** This process's span for the work (telemetry.ts), when spans are exported: the parent of what it calls. */
+  spanId?: string;
 }
 
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
@@ -33,7 +35,7 @@ export function traceFrom(traceparent: unknown, requestId: unknown): TraceContex
 /** The headers (gRPC metadata, NATS headers) that carry a trace on, as a child of this process's span. */
 export function traceHeaders(trace: TraceContext | undefined): Record<string, string> {
   if (!trace) return {};
-  const headers: Record<string, string> = { traceparent: `00-${trace.traceId}-${newSpanId()}-${trace.flags}` };
+  const headers: Record<string, string> = { traceparent: `00-${trace.traceId}-${trace.spanId ?? newSpanId()}-${trace.flags}` };
   if (trace.requestId) headers["x-request-id"] = trace.requestId;
   return headers;
 }
