@@ -1,8 +1,7 @@
 // The notifier's only HTTP surface: liveness, readiness and counters for the
 // platform, never for merchants.
 import http from "node:http";
-import type { AddressInfo } from "node:net";
-import { metricsHandler } from "../shared/metrics.js";
+import { listenHttp, metricsHandler } from "../shared/metrics.js";
 import type { Metrics } from "./metrics.js";
 
 export async function serveHealth(opts: { port: number; host?: string; ready: () => boolean; metrics: Metrics }) {
@@ -21,16 +20,5 @@ export async function serveHealth(opts: { port: number; host?: string; ready: ()
     if (path === "/metrics") return void serveMetrics(req, res);
     json(404, { error: "Not found" });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
-  });
-  return {
-    port: (server.address() as AddressInfo).port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
+  return listenHttp(server, opts.port, opts.host);
 }

@@ -49,9 +49,14 @@ export async function serveMetrics(opts: { registry: Registry; port: number; hos
       if (!done) res.writeHead(404, { "content-type": "text/plain" }).end("Not found\n");
     });
   });
+  return listenHttp(server, opts.port, opts.host);
+}
+
+/** Listens (0 picks a free port); answers the port and a close that does not wait for idle keep-alive connections. */
+export async function listenHttp(server: http.Server, port: number, host = "0.0.0.0") {
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
+    server.listen(port, host, resolve);
   });
   return {
     port: (server.address() as AddressInfo).port,
