@@ -1,39 +1,28 @@
-// The gateway's HTTP application: request ids, the contract's error bodies,
-// 404/405, and the REST and checkout routes. Its only dependency is a
-// LinkService client, handed in.
+// The gateway's HTTP application: request ids, the contract's error bodies
+// and 404s, composed from its plugins (probes, rest, checkout), each handed
+// the same deps. Its only outside dependency is a LinkService client.
 import { randomUUID } from "node:crypto";
-import { METHODS, STATUS_CODES } from "node:http";
-import Fastify, { type RouteOptions, type LogLevel, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
-import type { RateLimit } from "../services/shared/config.js";
-import type { Logger } from "../services/shared/logger.js";
+import { STATUS_CODES } from "node:http";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { sendPage } from "./checkout/layout.js";
-import { registerCheckout } from "./checkout/routes.js";
+import { checkout } from "./checkout/routes.js";
 import { statusPage } from "./checkout/status-page.js";
-import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
+import { badRequest, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
-import { authenticationFirst, callerRefusal } from "./caller.js";
-import type { Clients } from "./clients.js";
+import { authenticationFirst, callerRefusal, hasClientId } from "./caller.js";
+import type { GatewayDeps } from "./deps.js";
+import { registerOpenApi } from "./openapi.js";
+import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
-import { hasClientId, registerRest } from "./rest.js";
+import { rest } from "./rest.js";
+import { endSpans, tracedChildLogger } from "./trace.js";
+import { ALL_METHODS, sendError } from "./routing.js";
+
+export type { GatewayDeps } from "./deps.js";
 
 const BODY_LIMIT = 64 * 1024;
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
-/** Every method Node's parser accepts but CONNECT (which never reaches a route). */
-const ALL_METHODS = METHODS.filter((m) => m !== "CONNECT");
 
-export interface GatewayDeps {
-  clients: Clients;
-  logger: Logger;
-  paylinkEnv: "test" | "production";
-  /** Per client on /v1; off when absent. */
-  rateLimitClient?: RateLimit;
-  /** Per address on pay; off when absent. */
-  rateLimitPay?: RateLimit;
-  /** REQUEST_TIMEOUT: a request (its body included) must arrive within it. */
-  requestTimeoutMs?: number;
-  /** TRUST_PROXY: proxies whose X-Forwarded-For names the client's address (the pay limit counts by it). */
-  trustProxy?: string[];
-}
 
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const requestTimeout = deps.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
@@ -57,6 +46,9 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
     },
     requestIdHeader: false,
+    // The same names on every process's log lines: requestId and traceId.
+    logController: new LogController({ requestIdLogLabel: "requestId" }),
+    childLoggerFactory: tracedChildLogger as never,
     return503OnClosing: true,
     // Node caps a request head at 16 KiB, so no id is cut off by the router:
     // a long id is simply a link that does not exist (404, not 414).
@@ -106,6 +98,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
   });
+  deps.metrics?.register(app);
+  endSpans(app);
   // After every onRequest check (Client-Id first), before the body is read:
   // a compressed body is not JSON we could check.
   app.addHook("preParsing", async (req, _reply, payload) => {
@@ -144,49 +138,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
   app.setNotFoundHandler((_req, reply) => sendError(reply, { status: 404, message: "Not found" }));
 
-  // Probes poll these every few seconds; their requests are not worth a log line.
-  const probe = { logLevel: "warn" } as const;
-  route(app, "/healthz", { GET: async () => ({ status: "ok" }) }, probe);
-  route(app, "/readyz", {
-    async GET(_req, reply) {
-      const ready = await deps.clients.ready();
-      return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
-    },
-  }, probe);
+  registerOpenApi(app);
+  app.register(probes, deps);
   registerRateLimits(app);
-  app.register(async (routes) => {
-    registerRest(routes, deps);
-    registerCheckout(routes, deps);
-  });
+  app.register(rest, { ...deps, prefix: "/v1" });
+  app.register(checkout, deps);
   return app;
 }
 
-
-export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
-  if (error.headers) reply.headers(error.headers);
-  return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
-}
-
-type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-
-/** Registers a path's handlers; every other method answers 405 with Allow. */
-export function route(
-  app: FastifyInstance,
-  url: string,
-  handlers: Partial<Record<"GET" | "POST", Handler>>,
-  options: { logLevel?: LogLevel; config?: object; preParsing?: RouteOptions["preParsing"] } = {},
-): void {
-  const allowed = Object.keys(handlers) as ("GET" | "POST")[];
-  for (const method of allowed) app.route({ method, url, handler: handlers[method]!, ...options });
-  // Fastify answers HEAD for every GET route.
-  const served = ALL_METHODS.filter((m) => allowed.includes(m as "GET") || (m === "HEAD" && allowed.includes("GET")));
-  const allow = served.join(", ");
-  const others = ALL_METHODS.filter((m) => !served.includes(m));
-  app.route({
-    method: others as HTTPMethods[],
-    url,
-    // Judged before any body is read: an OPTIONS with a JSON label is a 405, not a 400.
-    onRequest: async (_req, reply) => sendError(reply.header("allow", allow), { status: 405, message: "Method not allowed" }),
-    handler: async () => undefined,
-  });
-}

@@ -9,9 +9,16 @@ import type { FastifyRequest } from "fastify";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Caller, Clients } from "./clients.js";
 import { httpErrorOf } from "./errors.js";
+import { forwardTrace } from "./trace.js";
 
 const forwarded = new WeakSet<FastifyRequest>();
 const identified = new WeakSet<FastifyRequest>();
+
+/** Check 1: a Client-Id that is not blank. */
+export function hasClientId(req: FastifyRequest): boolean {
+  const clientId = req.headers["client-id"];
+  return typeof clientId === "string" && clientId.trim() !== "";
+}
 
 /** Who calls, for a LinkService call made for `req` (a batch item carries it as fields). */
 export function caller(req: FastifyRequest): Caller {
@@ -21,10 +28,10 @@ export function caller(req: FastifyRequest): Caller {
   return authorization === undefined ? { clientId } : { clientId, authorization };
 }
 
-/** The same, as call options: the headers of a call that is not batched. */
+/** The same, as call options: the headers of a call that is not batched (with the request's trace). */
 export function asCaller(req: FastifyRequest): { headers: Record<string, string> } {
   const { clientId, authorization } = caller(req);
-  const headers: Record<string, string> = { "client-id": clientId };
+  const headers: Record<string, string> = { ...forwardTrace(req), "client-id": clientId };
   if (authorization !== undefined) headers.authorization = authorization;
   return { headers };
 }

@@ -12,7 +12,8 @@ await runMain("gateway", async (config, logger) => {
     rateLimitPay: config.rateLimitPay,
     requestTimeoutMs: config.requestTimeoutMs,
     trustProxy: config.trustProxy,
+    metricsPort: config.gatewayMetricsPort,
   });
-  logger.info({ port: gateway.port, linksUrl: config.linksUrl, publicBaseUrl: config.publicBaseUrl }, "gateway listening");
+  logger.info({ port: gateway.port, metricsPort: gateway.metricsPort, linksUrl: config.linksUrl, publicBaseUrl: config.publicBaseUrl }, "gateway listening");
   return gateway;
 });

@@ -1,14 +1,16 @@
 // The merchant's REST API under /v1: JSON in, LinkService calls, JSON out.
 import { Readable } from "node:stream";
-import type { FastifyInstance, FastifyReply, FastifyRequest, RequestPayload } from "fastify";
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest, RequestPayload } from "fastify";
 import { create } from "@bufbuild/protobuf";
 import {
   type Link,
   LinkStatus,
   ListLinksRequestSchema,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
-import { route, type GatewayDeps } from "./app.js";
-import { asCaller, caller, markIdentified } from "./caller.js";
+import { asCaller, caller, hasClientId, markIdentified } from "./caller.js";
+import type { GatewayDeps } from "./deps.js";
+import { route } from "./routing.js";
+import { ROUTE_SCHEMAS } from "./schemas.js";
 import { clientKey, limitFor } from "./rate-limits.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
@@ -16,104 +18,95 @@ import { badRequest, INVALID_JSON } from "./errors.js";
 import { linkEventToJson, paymentToJson } from "./event-json.js";
 import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
 
-export function registerRest(app: FastifyInstance, { clients, rateLimitClient }: GatewayDeps): void {
+/** Registered with prefix /v1. */
+export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateLimitClient }) => {
   const { links } = clients;
   const limited = limitFor(rateLimitClient, clientKey);
 
-  app.register(
-    async (v1) => {
-      // Check 1 of the contract, before the body is read or parsed.
-      v1.addHook("onRequest", async (req, reply) => {
-        // Answers carry links, and links carry metadata.api_key: no cache may keep one.
-        reply.header("cache-control", "no-store");
-        if (!hasClientId(req)) throw clientIdRequired();
-        // Node joins repeated headers with ", ", which would name a third client.
-        if (headerCount(req, "client-id") > 1) throw badRequest("Client ID header must be given once");
-        markIdentified(req);
-        // An empty body is no body, whatever its label: POST .../expire
-        // needs none, and check 2 is for POSTs that carry one.
-        const length = req.headers["content-length"];
-        if ((length === undefined || length === "0") && !req.headers["transfer-encoding"]) {
-          delete req.headers["content-type"];
-        }
-      });
+  // Check 1 of the contract, before the body is read or parsed.
+  v1.addHook("onRequest", async (req, reply) => {
+    // Answers carry links, and links carry metadata.api_key: no cache may keep one.
+    reply.header("cache-control", "no-store");
+    if (!hasClientId(req)) throw clientIdRequired();
+    // Node joins repeated headers with ", ", which would name a third client.
+    if (headerCount(req, "client-id") > 1) throw badRequest("Client ID header must be given once");
+    markIdentified(req);
+    // An empty body is no body, whatever its label: POST .../expire
+    // needs none, and check 2 is for POSTs that carry one.
+    const length = req.headers["content-length"];
+    if ((length === undefined || length === "0") && !req.headers["transfer-encoding"]) {
+      delete req.headers["content-type"];
+    }
+  });
 
-      route(v1, "/links", {
-        async POST(req, reply) {
-          if (!isObject(req.body)) throw badRequest(INVALID_JSON);
-          // Joined, two keys would make a third that matches neither request.
-          if (headerCount(req, "idempotency-key") > 1) throw badRequest("Idempotency-Key header must be given once");
-          const key = req.headers["idempotency-key"];
-          const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
-          const res = await clients.createLink(caller(req), request);
-          if (res.replayed) reply.header("idempotent-replayed", "true");
-          return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
-        },
-        async GET(req, reply) {
-          const query = fields(req.query, "query", ["limit", "starting_after", "status"], (name) => `Unknown query parameter ${name}`);
-          const res = await links.listLinks(
-            create(ListLinksRequestSchema, {
-              limit: queryInteger(query.limit, "limit", "limit must be an integer from 1 to 100"),
-              startingAfter: queryString(query.starting_after, "starting_after"),
-              status: query.status === undefined ? LinkStatus.UNSPECIFIED : queryStatus(query.status),
-            }),
-            asCaller(req),
-          );
-          return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
-        },
-      }, limited);
-
-      route(v1, "/links/:id", {
-        async GET(req, reply) {
-          const { link } = await clients.getLink(caller(req), idOf(req));
-          // REST shows only payable links here; used and expired ones are
-          // the contract's 409 and 410 (the list and gRPC still show them).
-          const refused = linkStateError(statusName(link!.status));
-          if (refused) throw refused;
-          return sendLink(reply, link!);
-        },
-      }, limited);
-
-      route(v1, "/links/:id/expire", {
-        async POST(req, reply) {
-          refuseNonObjectBody(req);
-          const { link } = await links.expireLink({ id: idOf(req) }, asCaller(req));
-          return sendLink(reply, link!);
-        },
-      }, { ...limited, preParsing: emptyChunkedIsNoBody });
-
-      // The link's sub-resources answer in any link status (404 and 403 only).
-      route(v1, "/links/:id/payment", {
-        async GET(req, reply) {
-          const { payment } = await links.getPayment({ linkId: idOf(req) }, asCaller(req));
-          return reply.send(paymentToJson(payment!));
-        },
-      }, limited);
-
-      route(v1, "/links/:id/events", {
-        async GET(req, reply) {
-          const { events } = await links.listLinkEvents({ linkId: idOf(req) }, asCaller(req));
-          return reply.send({ data: events.map(linkEventToJson) });
-        },
-      }, limited);
-
-      route(v1, "/links/:id/events/:eventId/redeliver", {
-        async POST(req, reply) {
-          refuseNonObjectBody(req);
-          const { eventId } = req.params as { eventId: string };
-          const { event } = await links.redeliverEvent({ linkId: idOf(req), eventId }, asCaller(req));
-          return reply.code(202).send(linkEventToJson(event!));
-        },
-      }, { ...limited, preParsing: emptyChunkedIsNoBody });
+  route(v1, "/links", {
+    async POST(req, reply) {
+      if (!isObject(req.body)) throw badRequest(INVALID_JSON);
+      // Joined, two keys would make a third that matches neither request.
+      if (headerCount(req, "idempotency-key") > 1) throw badRequest("Idempotency-Key header must be given once");
+      const key = req.headers["idempotency-key"];
+      const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
+      const res = await clients.createLink(caller(req), request);
+      if (res.replayed) reply.header("idempotent-replayed", "true");
+      return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
     },
-    { prefix: "/v1" },
-  );
-}
+    async GET(req, reply) {
+      const query = fields(req.query, "query", ["limit", "starting_after", "status"], (name) => `Unknown query parameter ${name}`);
+      const res = await links.listLinks(
+        create(ListLinksRequestSchema, {
+          limit: queryInteger(query.limit, "limit", "limit must be an integer from 1 to 100"),
+          startingAfter: queryString(query.starting_after, "starting_after"),
+          status: query.status === undefined ? LinkStatus.UNSPECIFIED : queryStatus(query.status),
+        }),
+        asCaller(req),
+      );
+      return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
+    },
+  }, { ...limited, schema: ROUTE_SCHEMAS.links });
 
-export function hasClientId(req: FastifyRequest): boolean {
-  const clientId = req.headers["client-id"];
-  return typeof clientId === "string" && clientId.trim() !== "";
-}
+  route(v1, "/links/:id", {
+    async GET(req, reply) {
+      const { link } = await clients.getLink(caller(req), idOf(req));
+      // REST shows only payable links here; used and expired ones are
+      // the contract's 409 and 410 (the list and gRPC still show them).
+      const refused = linkStateError(statusName(link!.status));
+      if (refused) throw refused;
+      return sendLink(reply, link!);
+    },
+  }, { ...limited, schema: ROUTE_SCHEMAS.link });
+
+  route(v1, "/links/:id/expire", {
+    async POST(req, reply) {
+      refuseNonObjectBody(req);
+      const { link } = await links.expireLink({ id: idOf(req) }, asCaller(req));
+      return sendLink(reply, link!);
+    },
+  }, { ...limited, preParsing: emptyChunkedIsNoBody, schema: ROUTE_SCHEMAS.expire });
+
+  // The link's sub-resources answer in any link status (404 and 403 only).
+  route(v1, "/links/:id/payment", {
+    async GET(req, reply) {
+      const { payment } = await links.getPayment({ linkId: idOf(req) }, asCaller(req));
+      return reply.send(paymentToJson(payment!));
+    },
+  }, { ...limited, schema: ROUTE_SCHEMAS.payment });
+
+  route(v1, "/links/:id/events", {
+    async GET(req, reply) {
+      const { events } = await links.listLinkEvents({ linkId: idOf(req) }, asCaller(req));
+      return reply.send({ data: events.map(linkEventToJson) });
+    },
+  }, { ...limited, schema: ROUTE_SCHEMAS.events });
+
+  route(v1, "/links/:id/events/:eventId/redeliver", {
+    async POST(req, reply) {
+      refuseNonObjectBody(req);
+      const { eventId } = req.params as { eventId: string };
+      const { event } = await links.redeliverEvent({ linkId: idOf(req), eventId }, asCaller(req));
+      return reply.code(202).send(linkEventToJson(event!));
+    },
+  }, { ...limited, preParsing: emptyChunkedIsNoBody, schema: ROUTE_SCHEMAS.redeliver });
+};
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 

@@ -2,6 +2,8 @@ import type { RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
 import { buildGateway } from "./app.js";
 import { createClients } from "./clients.js";
+import { createGatewayMetrics } from "./metrics.js";
+import { serveMetrics } from "../services/shared/metrics.js";
 
 export interface GatewayOptions {
   linksUrl: string;
@@ -13,19 +15,27 @@ export interface GatewayOptions {
   rateLimitPay?: RateLimit;
   requestTimeoutMs?: number;
   trustProxy?: string[];
+  /** GATEWAY_METRICS_PORT: /metrics listens there, never on the public port; none when absent. */
+  metricsPort?: number;
 }
 
 export async function startGateway(opts: GatewayOptions) {
   const clients = createClients(opts.linksUrl);
-  const app = buildGateway({ ...opts, clients });
+  const metrics = createGatewayMetrics();
+  const app = buildGateway({ ...opts, clients, metrics });
   await app.listen({ port: opts.port, host: opts.host ?? "0.0.0.0" });
+  const metricsServer =
+    opts.metricsPort === undefined ? undefined : await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : opts.port;
   return {
     port,
     app,
+    metrics,
+    metricsPort: metricsServer?.port,
     async close() {
       await app.close();
+      await metricsServer?.close();
       clients.close();
     },
   };

@@ -1,8 +1,11 @@
 // The customer's checkout: the page at /link/{id} and its pay endpoint. No
 // Client-Id: the customer holds only the link id.
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
-import { route, type GatewayDeps } from "../app.js";
+import type { GatewayDeps } from "../deps.js";
+import { route } from "../routing.js";
+import { ROUTE_SCHEMAS } from "../schemas.js";
+import { forwardTrace } from "../trace.js";
 import { httpErrorOf } from "../errors.js";
 import { limitFor } from "../rate-limits.js";
 import { statusName } from "../../services/shared/names.js";
@@ -14,7 +17,7 @@ import { statusPage } from "./status-page.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
-export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv, rateLimitPay }: GatewayDeps): void {
+export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, paylinkEnv, rateLimitPay }) => {
   const { links } = clients;
   const testMode = paylinkEnv === "test";
 
@@ -37,7 +40,7 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv, ra
       }
       return sendPage(reply, 200, checkoutPage(checkout, { testMode }));
     },
-  });
+  }, { schema: ROUTE_SCHEMAS.checkoutPage });
 
   route(app, "/link/:id/pay", {
     async POST(req, reply) {
@@ -46,8 +49,8 @@ export function registerCheckout(app: FastifyInstance, { clients, paylinkEnv, ra
       const request = paymentRequestFromJson(idOf(req), req.body);
       // Longer than other calls: the processor's round trip is inside it,
       // and a customer told "try again" must not have been charged meanwhile.
-      const res = await links.completePayment(request, { timeoutMs: 30_000 });
+      const res = await links.completePayment(request, { timeoutMs: 30_000, headers: forwardTrace(req) });
       return reply.send(paymentResultToJson(res));
     },
-  }, limitFor(rateLimitPay));
-}
+  }, { ...limitFor(rateLimitPay), schema: ROUTE_SCHEMAS.pay });
+};

@@ -70,7 +70,8 @@ try {
   log("ready");
   log(`  REST API and checkout   ${config.publicBaseUrl}  (checkout links: ${config.checkoutBaseUrl}/link/{id})`);
   log(`  LinkService             http://127.0.0.1:${config.linksPort}  (gRPC, Connect, gRPC-Web over h2c)`);
-  log(`  notifier health         http://127.0.0.1:${config.notifierPort}/healthz`);
+  log(`  notifier health         http://127.0.0.1:${config.notifierPort}/healthz  (metrics: /metrics)`);
+  log(`  metrics                 gateway http://127.0.0.1:${config.gatewayMetricsPort}/metrics, LinkService http://127.0.0.1:${config.linksMetricsPort}/metrics`);
   log(`  environment             ${config.env}`);
 } catch (err) {
   console.error(`[start] ${(err as Error).message}`);

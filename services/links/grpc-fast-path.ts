@@ -5,6 +5,7 @@
 // gRPC protocol says. Every other request (Connect, gRPC-Web, JSON codecs,
 // compressed bodies, streaming, other services, anything unexpected) goes
 // to connect's own handler, so each protocol and client keeps working.
+import { AsyncResource } from "node:async_hooks";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, type DescMethodUnary, type DescService, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ContextValues, type HandlerContext } from "@connectrpc/connect";
@@ -108,7 +109,8 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
       finish(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
     }
   });
-  req.on("end", () => {
+  // Bound: the handler runs in the request's async context (its trace), not the stream's.
+  req.on("end", AsyncResource.bind(() => {
     if (answered) return;
     const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
     if (body.length < 5 || body[0] !== 0 || body.readUInt32BE(1) !== body.length - 5) {
@@ -126,7 +128,7 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
       .then(() => route.impl(input, ctx))
       .then((output) => toBinary(route.method.output, create(route.method.output, output)))
       .then(finish, (err: unknown) => finish(options.toRpcError(err, route.method.name)));
-  });
+  }));
   req.on("error", () => finish(new ConnectError("the request stream failed", Code.Canceled)));
 }
 

@@ -5,6 +5,7 @@ import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
+import { createLinksMetrics } from "./metrics.js";
 import { createSandboxProcessor } from "./processor.js";
 import { createReconciler } from "./reconciler.js";
 import { createRelay } from "./relay.js";
@@ -19,6 +20,7 @@ await runMain("links", async (config, logger) => {
   await migrateDb(config.databaseUrl);
   const { db, close: closeDb } = createDb(config.databaseUrl);
   const clock = systemClock;
+  const metrics = createLinksMetrics({ db, clock });
 
   const processor = config.env === "test" ? createSandboxProcessor() : undefined;
   if (!processor) logger.warn("no payment processor is configured: payments will answer 503");
@@ -30,8 +32,9 @@ await runMain("links", async (config, logger) => {
     topology: topologyFor(config.natsPrefix, config.natsStreamReplicas),
     clock,
     logger: logger.child({ component: "relay" }),
+    onConnection: metrics.natsConnected,
   });
-  const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick });
+  const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick, metrics: metrics.sweeper });
   // Publishes again what the broker may have lost: Postgres says what is owed.
   const reconciler = createReconciler({
     db,
@@ -53,13 +56,15 @@ await runMain("links", async (config, logger) => {
     env: config.env,
     auth: config.auth,
     adminToken: config.adminToken,
+    metrics,
+    metricsPort: config.linksMetricsPort,
   });
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();
   reconciler.start();
   captures?.start();
   logger.info(
-    { port: server.port, env: config.env, auth: config.auth, admin: Boolean(config.adminToken), processor: processor?.name ?? "none" },
+    { port: server.port, metricsPort: server.metricsPort, env: config.env, auth: config.auth, admin: Boolean(config.adminToken), processor: processor?.name ?? "none" },
     "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
   );
   if (!config.internalToken) logger.warn("INTERNAL_TOKEN is not set: the internal DeliveryService takes any caller (test only)");

@@ -1,11 +1,12 @@
 // The transactional outbox: events are written in the same transaction as
 // the change they describe, and the relay publishes them afterwards.
 import { randomUUID } from "node:crypto";
-import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { and, asc, eq, inArray, isNull, isNotNull, lte, ne, or, sql } from "drizzle-orm";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Executor } from "./db.js";
+import { currentTrace, traceHeaders } from "../shared/trace-context.js";
 import { outbox } from "./schema.js";
 
 export const SUBJECT_PREFIX = "paylink.events";
@@ -20,7 +21,15 @@ export function newEvent(
   at: Date,
   fields: Pick<MessageInitShape<typeof EventSchema>, "linkId" | "clientId" | "payload">,
 ): Event {
-  return create(EventSchema, { ...fields, id: randomUUID(), occurredAt: timestampFromDate(at) });
+  // The request being served, if any: its ids travel with the event.
+  const trace = traceHeaders(currentTrace());
+  return create(EventSchema, {
+    ...fields,
+    id: randomUUID(),
+    occurredAt: timestampFromDate(at),
+    requestId: trace["x-request-id"] ?? "",
+    traceparent: trace.traceparent ?? "",
+  });
 }
 
 /** Announces that a link became expired, by time or by its merchant. */
@@ -103,4 +112,24 @@ export async function claimLegacyPaymentEvents(db: Executor, limit: number) {
 /** Rewrites an adopted row's event with ids only. */
 export async function replacePayload(db: Executor, id: string, event: Event): Promise<void> {
   await db.update(outbox).set({ payload: toBinary(EventSchema, event), idsOnly: true }).where(eq(outbox.id, id));
+}
+
+/** When the oldest unpublished event was written; undefined when none waits. */
+export async function oldestUnpublishedAt(db: Executor): Promise<Date | undefined> {
+  const [row] = await db
+    .select({ at: outbox.createdAt })
+    .from(outbox)
+    .where(isNull(outbox.publishedAt))
+    .orderBy(asc(outbox.createdAt))
+    .limit(1);
+  return row?.at;
+}
+
+/** The NATS headers of an outbox row: its request's X-Request-Id and traceparent, when it has them. */
+export function traceHeadersOf(payload: Uint8Array): Record<string, string> {
+  const event = fromBinary(EventSchema, payload);
+  const headers: Record<string, string> = {};
+  if (event.requestId) headers["X-Request-Id"] = event.requestId;
+  if (event.traceparent) headers.traceparent = event.traceparent;
+  return headers;
 }

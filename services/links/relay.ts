@@ -6,12 +6,12 @@
 // Rows are claimed with SKIP LOCKED, so several link service copies relay
 // side by side. NATS being down never blocks start-up or payments: rows
 // simply wait in the outbox.
-import type { JetStreamClient, NatsConnection } from "nats";
+import { headers as natsHeaders, type JetStreamClient, type MsgHdrs, type NatsConnection } from "nats";
 import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology, watchConnection } from "../shared/jetstream.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
-import { claimUnpublished, deletePublishedBefore, markPublished, SUBJECT_PREFIX } from "./outbox.js";
+import { claimUnpublished, deletePublishedBefore, markPublished, SUBJECT_PREFIX, traceHeadersOf } from "./outbox.js";
 
 export interface RelayOptions {
   db: Db;
@@ -27,6 +27,8 @@ export interface RelayOptions {
   publishTimeoutMs?: number;
   reconnectWaitMs?: number;
   topology?: Pick<Topology, "eventStream" | "eventSubjectPrefix" | "replicas">;
+  /** Told when the NATS connection is made, lost and back (metrics). */
+  onConnection?: (up: boolean) => void;
 }
 
 export interface Relay {
@@ -90,7 +92,11 @@ export function createRelay(opts: RelayOptions): Relay {
       if (rows.length === 0) return { claimed: 0, failed: 0 };
       const results = await Promise.allSettled(
         rows.map((row) =>
-          client.publish(subjectFor(row.subject), row.payload, { msgID: row.id, timeout: publishTimeoutMs }),
+          client.publish(subjectFor(row.subject), row.payload, {
+            msgID: row.id,
+            timeout: publishTimeoutMs,
+            headers: natsHeadersOf(row.payload),
+          }),
         ),
       );
       const acked = rows.filter((_, i) => results[i]!.status === "fulfilled").map((row) => row.id);
@@ -157,10 +163,12 @@ export function createRelay(opts: RelayOptions): Relay {
     return watchConnection(conn, {
       disconnect() {
         connected = false;
+        opts.onConnection?.(false);
         logger.warn("NATS connection lost; events wait in the outbox");
       },
       reconnect() {
         connected = true;
+        opts.onConnection?.(true);
         // A restarted server may have come back without its store.
         streamReady = false;
         logger.info("NATS connection back; catching up");
@@ -181,6 +189,7 @@ export function createRelay(opts: RelayOptions): Relay {
     nc = conn;
     js = conn.jetstream();
     connected = true;
+    opts.onConnection?.(true);
     void watch(conn);
     kick();
   }
@@ -202,4 +211,12 @@ export function createRelay(opts: RelayOptions): Relay {
       await nc?.close().catch(() => {});
     },
   };
+}
+
+function natsHeadersOf(payload: Uint8Array): MsgHdrs | undefined {
+  const trace = Object.entries(traceHeadersOf(payload));
+  if (trace.length === 0) return undefined;
+  const h = natsHeaders();
+  for (const [name, value] of trace) h.set(name, value);
+  return h;
 }

@@ -5,6 +5,8 @@ import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import "./text-decoding.js";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
+import { ServerReflection as ReflectionV1 } from "../../proto/gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ReflectionV1Alpha } from "../../proto/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { AdminService } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
@@ -20,6 +22,11 @@ import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
 import { createGrpcFastPath } from "./grpc-fast-path.js";
 import { internalAuth } from "./internal-auth.js";
+import { createReflection } from "./reflection.js";
+import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
+import { serveMetrics } from "../shared/metrics.js";
+import { startSpan } from "../shared/telemetry.js";
+import { runWithTrace, traceFrom } from "../shared/trace-context.js";
 import { errorBoundary, toRpcError } from "./interceptors.js";
 import { createPayments } from "./payments.js";
 import type { PaymentProcessor } from "./processor.js";
@@ -44,6 +51,10 @@ export interface LinksServerOptions {
   auth?: AuthMode;
   /** Turns the AdminService on. */
   adminToken?: string;
+  /** Made here when not given (tests scrape `metrics.registry`). */
+  metrics?: LinksMetrics;
+  /** LINKS_METRICS_PORT: /metrics listens there, apart from the RPC port; none when absent. */
+  metricsPort?: number;
 }
 
 /** A larger message is refused before it is decoded (RESOURCE_EXHAUSTED). */
@@ -53,6 +64,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const { db, clock, logger } = opts;
   const onEventsCommitted = opts.onEventsCommitted ?? (() => {});
   const env = opts.env ?? "test";
+  const metrics = opts.metrics ?? createLinksMetrics({ db, clock });
   const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id" });
   const service = createLinkService({
     db,
@@ -63,15 +75,17 @@ export async function startLinksServer(opts: LinksServerOptions) {
     batched: createBatchedStore(db),
     logger,
     idempotency: createIdempotency({ db, clock }),
-    payments: createPayments({
-      db,
-      clock,
-      processor: opts.processor,
-      logger,
-      onEventsCommitted,
-    }),
+    payments: metrics.countPayments(
+      createPayments({
+        db,
+        clock,
+        processor: opts.processor,
+        logger,
+        onEventsCommitted,
+      }),
+    ),
   });
-  const handler = createGrpcFastPath({
+  const handler = metrics.measure(createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
     // The fast path runs no interceptors: it asks the same authentication.
     contextValues: requestContextValues,
@@ -90,11 +104,15 @@ export async function startLinksServer(opts: LinksServerOptions) {
         router.service(DeliveryService, createDeliveryService({ db, clock }));
         router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
         router.service(Health, createHealthService(() => ping(db)));
+        // Streaming, so never on the fast path; open to any caller, as grpc's own is.
+        const reflection = createReflection([LinkService, AdminService, DeliveryService, Health]);
+        router.service(ReflectionV1, reflection.v1);
+        router.service(ReflectionV1Alpha, reflection.v1alpha);
       },
     }),
     readMaxBytes: MAX_MESSAGE_BYTES,
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
-  });
+  }));
   const server = http2.createServer((req, res) => {
     // Answered before the request was read to its end (a message over
     // MAX_MESSAGE_BYTES, say): after a moment for the client to read the
@@ -104,7 +122,15 @@ export async function startLinksServer(opts: LinksServerOptions) {
       if (req.readableEnded || req.stream.destroyed) return;
       setTimeout(() => req.stream.destroy(), 1000).unref();
     });
-    handler(req, res);
+    // The caller's X-Request-Id and traceparent (the gateway's): every log
+    // line and outbox event of this call carries them.
+    const trace = traceFrom(req.headers.traceparent, req.headers["x-request-id"]);
+    const span = startSpan(req.url, trace);
+    if (span) {
+      trace.spanId = span.spanId;
+      res.once("close", () => span.end({ "rpc.method": req.url, "http.response.status_code": res.statusCode }));
+    }
+    runWithTrace(trace, () => handler(req, res));
   });
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
@@ -116,16 +142,21 @@ export async function startLinksServer(opts: LinksServerOptions) {
     server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
   });
   const port = (server.address() as AddressInfo).port;
+  const metricsServer =
+    opts.metricsPort === undefined ? undefined : await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
 
   return {
     port,
     authenticator,
+    metrics,
+    metricsPort: metricsServer?.port,
     async close() {
       // Stop accepting and tell clients to go away; GOAWAY lets open
       // streams finish first.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const session of sessions) session.close();
       await closed;
+      await metricsServer?.close();
     },
   };
 }

@@ -310,3 +310,9 @@ export async function claimUnsettled(db: Executor, before: Date, limit: number):
     .limit(limit)
     .for("update", { skipLocked: true });
 }
+
+/** How many payments still owe a capture (the capture backlog). */
+export async function uncapturedCount(db: Executor): Promise<number> {
+  const [row] = await db.select({ n: sql<number>`count(*)::int` }).from(payments).where(isNull(payments.capturedAt));
+  return row?.n ?? 0;
+}

@@ -19,6 +19,8 @@ export interface SweeperOptions {
   batchSize?: number;
   intervalMs?: number;
   onEventsCommitted?: () => void;
+  /** Told of each run (metrics). */
+  metrics?: { ran(expired: number): void; failed(): void };
 }
 
 export function createSweeper(opts: SweeperOptions) {
@@ -48,13 +50,19 @@ export function createSweeper(opts: SweeperOptions) {
   /** Sweeps until nothing is due, and drops idempotency keys past their 24 hours. */
   async function sweep(): Promise<number> {
     let total = 0;
-    for (;;) {
-      const n = await sweepBatch();
-      total += n;
-      if (n < batchSize || stopped) break;
+    try {
+      for (;;) {
+        const n = await sweepBatch();
+        total += n;
+        if (n < batchSize || stopped) break;
+      }
+      await deleteExpiredKeys(db, clock.now());
+      await deleteOldFailures(db, clock.now());
+    } catch (err) {
+      opts.metrics?.failed();
+      throw err;
     }
-    await deleteExpiredKeys(db, clock.now());
-    await deleteOldFailures(db, clock.now());
+    opts.metrics?.ran(total);
     return total;
   }
 

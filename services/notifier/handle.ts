@@ -6,7 +6,7 @@
 // a notifier that dies mid-schedule loses nothing; a copy the broker loses is
 // published again by the LinkService's reconciliation.
 import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
 import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
 import {
@@ -21,6 +21,8 @@ import type { Logger } from "../shared/logger.js";
 import type { Deliverer, Outcome } from "./deliver.js";
 import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
+import { startSpan } from "../shared/telemetry.js";
+import { runWithTrace, traceFrom } from "../shared/trace-context.js";
 
 export interface HandlerDeps {
   js: JetStreamClient;
@@ -78,7 +80,24 @@ export function createHandler(deps: HandlerDeps) {
     }
   }
 
-  return async function handle(msg: JsMsg): Promise<void> {
+  /** Each event is handled in its request's trace (NATS headers X-Request-Id, traceparent): its log lines carry them. */
+  return function handle(msg: JsMsg): Promise<void> {
+    const traceparent = msg.headers?.get("traceparent");
+    if (!traceparent) return handleEvent(msg);
+    const trace = traceFrom(traceparent, msg.headers?.get("X-Request-Id"));
+    const span = startSpan("webhook attempt", trace, "consumer");
+    if (!span) return runWithTrace(trace, () => handleEvent(msg));
+    trace.spanId = span.spanId;
+    return runWithTrace(trace, () => handleEvent(msg)).then(
+      () => span.end({ "messaging.message.id": msg.seq }),
+      (err: unknown) => {
+        span.end({ "messaging.message.id": msg.seq }, true);
+        throw err;
+      },
+    );
+  };
+
+  async function handleEvent(msg: JsMsg): Promise<void> {
     let event: Event;
     try {
       event = fromBinary(EventSchema, msg.data);
@@ -133,6 +152,8 @@ export function createHandler(deps: HandlerDeps) {
       error: "error" in outcome ? outcome.error.slice(0, ERROR_MAX) : undefined,
     });
 
+    metrics.attempt(outcome.kind, result.durationMs / 1000);
+    log.info({ attempt, outcome: outcome.kind, statusCode: result.statusCode, durationMs: result.durationMs }, "webhook attempt");
     const lastAttempt = outcome.kind === "refused" || (outcome.kind === "failed" && attempt > retrySchedule.length);
     if (lastAttempt) {
       // Policy (refused) or the end of the schedule: dead-letter, ids only.
@@ -147,6 +168,7 @@ export function createHandler(deps: HandlerDeps) {
     switch (outcome.kind) {
       case "delivered":
         metrics.inc("delivered");
+        if (event.occurredAt) metrics.delivered(timestampDate(event.occurredAt));
         result.outcome = AttemptOutcome.DELIVERED;
         await record(msg, result);
         msg.ack();
@@ -171,7 +193,7 @@ export function createHandler(deps: HandlerDeps) {
         return;
       }
     }
-  };
+  }
 }
 
 function statusOf(outcome: Outcome): number | undefined {

@@ -1,10 +1,11 @@
 // The notifier's only HTTP surface: liveness, readiness and counters for the
 // platform, never for merchants.
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import { listenHttp, metricsHandler } from "../shared/metrics.js";
 import type { Metrics } from "./metrics.js";
 
 export async function serveHealth(opts: { port: number; host?: string; ready: () => boolean; metrics: Metrics }) {
+  const serveMetrics = metricsHandler(opts.metrics.registry);
   const server = http.createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];
     const json = (status: number, body: unknown) => {
@@ -16,22 +17,8 @@ export async function serveHealth(opts: { port: number; host?: string; ready: ()
       // Ready means connected to NATS and consuming.
       return opts.ready() ? json(200, { status: "ready" }) : json(503, { status: "not ready" });
     }
-    if (path === "/metrics") {
-      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(opts.metrics.text());
-      return;
-    }
+    if (path === "/metrics") return void serveMetrics(req, res);
     json(404, { error: "Not found" });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
-  });
-  return {
-    port: (server.address() as AddressInfo).port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
+  return listenHttp(server, opts.port, opts.host);
 }

@@ -1,21 +1,63 @@
-// Counters the health server exposes in the Prometheus text format.
+// The notifier's Prometheus metrics (prom-client), served with its health
+// endpoints on NOTIFIER_PORT. `counts` mirrors the event outcomes in memory
+// so that tests can wait on them without scraping.
+import { Counter, Histogram, type Registry } from "prom-client";
+import { createRegistry, natsConnectedGauge } from "../shared/metrics.js";
+
 export const OUTCOMES = ["delivered", "gone", "failed_attempt", "dead_lettered", "refused", "skipped"] as const;
 export type Counted = (typeof OUTCOMES)[number];
+/** What one POST to a webhook came to. */
+export type AttemptOutcome = "delivered" | "gone" | "failed" | "refused";
 
-export function createMetrics() {
+/** Seconds; webhooks answer in milliseconds, retries wait up to a day. */
+const LATENCY_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400];
+
+export function createMetrics(registry: Registry = createRegistry()) {
+  const registers = [registry];
   const counts = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<Counted, number>;
+  const events = new Counter({
+    name: "paylink_notifier_webhook_events_total",
+    help: "Webhook attempts and event outcomes by kind.",
+    labelNames: ["outcome"],
+    registers,
+  });
+  for (const outcome of OUTCOMES) events.inc({ outcome }, 0);
+  const attempts = new Counter({
+    name: "paylink_webhook_attempts_total",
+    help: "POSTs to merchant webhooks by outcome: delivered (2xx), gone (410), failed (will be retried or dead-lettered), refused (address policy).",
+    labelNames: ["outcome"],
+    registers,
+  });
+  const attemptDuration = new Histogram({
+    name: "paylink_webhook_attempt_duration_seconds",
+    help: "Duration of one POST to a merchant webhook, by outcome.",
+    labelNames: ["outcome"],
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers,
+  });
+  const deliveryLatency = new Histogram({
+    name: "paylink_webhook_delivery_latency_seconds",
+    help: "From the event (the payment) to its webhook's successful delivery, retries included.",
+    buckets: LATENCY_BUCKETS,
+    registers,
+  });
+  const nats = natsConnectedGauge(registry, "notifier");
   return {
+    registry,
     counts,
     inc(outcome: Counted) {
       counts[outcome] += 1;
+      events.inc({ outcome });
     },
-    text(): string {
-      const lines = [
-        "# HELP paylink_notifier_webhook_events_total Webhook attempts and event outcomes by kind.",
-        "# TYPE paylink_notifier_webhook_events_total counter",
-        ...OUTCOMES.map((o) => `paylink_notifier_webhook_events_total{outcome="${o}"} ${counts[o]}`),
-      ];
-      return `${lines.join("\n")}\n`;
+    attempt(outcome: AttemptOutcome, seconds: number) {
+      attempts.inc({ outcome });
+      attemptDuration.observe({ outcome }, seconds);
+    },
+    delivered(occurredAt: Date, now = new Date()) {
+      deliveryLatency.observe(Math.max(0, (now.getTime() - occurredAt.getTime()) / 1000));
+    },
+    natsConnected(up: boolean) {
+      nats.set({ connection: "notifier" }, up ? 1 : 0);
     },
   };
 }

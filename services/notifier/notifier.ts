@@ -22,6 +22,7 @@ import {
   watchConnection,
 } from "../shared/jetstream.js";
 import { createMetrics } from "./metrics.js";
+import { currentTrace, traceHeaders } from "../shared/trace-context.js";
 
 export interface NotifierOptions {
   natsUrl: string;
@@ -65,6 +66,8 @@ export async function startNotifier(opts: NotifierOptions) {
       pingIntervalMs: 15_000,
       interceptors: [(next) => (req) => {
         if (authorization) req.header.set("authorization", authorization.authorization);
+        // The event's request, on to the LinkService's log lines too.
+        for (const [name, value] of Object.entries(traceHeaders(currentTrace()))) req.header.set(name, value);
         return next(req);
       }],
     }),
@@ -150,10 +153,12 @@ export async function startNotifier(opts: NotifierOptions) {
     return watchConnection(conn, {
       disconnect() {
         connected = false;
+        metrics.natsConnected(false);
         logger.warn("NATS connection lost; waiting for it to come back");
       },
       async reconnect() {
         connected = true;
+        metrics.natsConnected(true);
         // A server that came back without its store has lost the topology.
         await ensureTopology(conn).catch((err: unknown) => logger.error({ err }, "cannot ensure topology"));
       },
@@ -171,6 +176,7 @@ export async function startNotifier(opts: NotifierOptions) {
     if (!conn) return;
     nc = conn;
     connected = true;
+    metrics.natsConnected(true);
     void watch(conn);
     for (;;) {
       try {

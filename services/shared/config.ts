@@ -12,6 +12,10 @@ export interface Config {
   gatewayPort: number;
   linksPort: number;
   notifierPort: number;
+  /** /metrics of the gateway, never on its public port. */
+  gatewayMetricsPort: number;
+  /** /metrics of the LinkService. */
+  linksMetricsPort: number;
   /** Where the gateway reaches the LinkService. */
   linksUrl: string;
   publicBaseUrl: string;
@@ -65,6 +69,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     gatewayPort,
     linksPort,
     notifierPort: port(env, "NOTIFIER_PORT", 8090),
+    gatewayMetricsPort: port(env, "GATEWAY_METRICS_PORT", 9091),
+    linksMetricsPort: port(env, "LINKS_METRICS_PORT", 9092),
     linksUrl: baseUrl(env, "LINKS_URL", `http://127.0.0.1:${linksPort}`),
     publicBaseUrl,
     checkoutBaseUrl: baseUrl(env, "CHECKOUT_BASE_URL", publicBaseUrl),

@@ -1,7 +1,9 @@
-import { pino, type Logger } from "pino";
+import { type DestinationStream, pino, type Logger } from "pino";
+import { traceFields } from "./trace-context.js";
 
 export type { Logger };
 
-export function createLogger(name: string, level: string): Logger {
-  return pino({ name, level });
+/** JSON lines; a line written while a request is being served carries its requestId and traceId. */
+export function createLogger(name: string, level: string, destination?: DestinationStream): Logger {
+  return pino({ name, level, mixin: () => traceFields() }, destination);
 }

@@ -2,6 +2,7 @@
 // start-up with a message naming it), start, and drain on SIGTERM/SIGINT.
 import { type Config, ConfigError, loadConfig } from "./config.js";
 import { createLogger, type Logger } from "./logger.js";
+import { startTelemetry } from "./telemetry.js";
 
 export async function runMain(
   name: string,
@@ -22,7 +23,16 @@ export async function runMain(
   const logger = createLogger(name, config.logLevel);
   let running: { close(): Promise<void> };
   try {
-    running = await start(config, logger);
+    // OTEL_EXPORTER_OTLP_ENDPOINT turns span export on; without it nothing is loaded.
+    const telemetry = await startTelemetry(name);
+    if (telemetry) logger.info({ endpoint: process.env.OTEL_EXPORTER_OTLP_ENDPOINT }, "exporting spans (OpenTelemetry)");
+    const started = await start(config, logger);
+    running = {
+      async close() {
+        await started.close();
+        await telemetry?.shutdown();
+      },
+    };
   } catch (err) {
     // A setting only this process needs (INTERNAL_TOKEN, say) is checked in start.
     if (!configError(err)) logger.fatal({ err }, "start-up failed");

@@ -80,7 +80,9 @@ async function main() {
   await admin.end();
   const pgPids = postgresPids(dataDirectory);
   const nats = await startNatsServer();
-  const [gatewayPort, linksPort, notifierPort, baselinePort] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+  const [gatewayPort, linksPort, notifierPort, baselinePort, gatewayMetricsPort, linksMetricsPort] = await Promise.all(
+    [1, 2, 3, 4, 5, 6].map(() => freePort()),
+  );
   const children: ChildProcess[] = [];
 
   try {
@@ -94,6 +96,8 @@ async function main() {
         GATEWAY_PORT: String(gatewayPort),
         LINKS_PORT: String(linksPort),
         NOTIFIER_PORT: String(notifierPort),
+        GATEWAY_METRICS_PORT: String(gatewayMetricsPort),
+        LINKS_METRICS_PORT: String(linksMetricsPort),
         LOG_LEVEL: "warn",
         RATE_LIMIT_CLIENT: "off",
         RATE_LIMIT_PAY: "off",

@@ -1,11 +1,13 @@
 import postgres from "postgres";
 import { migrateDb } from "../../services/links/db.js";
 
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+/** Read when used: the run's global setup may point it at an embedded PostgreSQL. */
+const adminUrl = () => process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
 /** A new, migrated database on the machine's Postgres, and how to drop it. */
 export async function createDatabase(prefix = "paylink_test") {
   const name = `${prefix}_${process.pid}_${Date.now()}_${Math.floor(Math.random() * 1e6)}`;
+  const ADMIN_URL = adminUrl();
   const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {} });
   await admin.unsafe(`CREATE DATABASE ${name}`);
   const url = new URL(ADMIN_URL);

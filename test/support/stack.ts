@@ -12,6 +12,7 @@ import { newKeyId } from "../../services/shared/ids.js";
 import { startLinksServer } from "../../services/links/server.js";
 import type { Logger } from "../../services/shared/logger.js";
 import { testClock } from "./clock.js";
+import { expectDocumented } from "./openapi.js";
 
 export interface StackOptions {
   env?: "test" | "production";
@@ -50,9 +51,10 @@ export async function startStack(opts: StackOptions = {}) {
     env,
     auth,
     adminToken: opts.adminToken,
+    metricsPort: 0,
   });
   const linksUrl = `http://127.0.0.1:${links.port}`;
-  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger });
+  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger, metricsPort: 0 });
   const gatewayUrl = `http://127.0.0.1:${gateway.port}`;
   // In api-key mode every client the tests name gets a key of its own.
   const secrets = new Map<string, Promise<string>>();
@@ -85,6 +87,10 @@ export async function startStack(opts: StackOptions = {}) {
     db,
     linksUrl,
     gatewayUrl,
+    /** The LinkService's metrics (its sweeper and relay report there too). */
+    linksMetrics: links.metrics,
+    linksMetricsUrl: `http://127.0.0.1:${links.metricsPort}/metrics`,
+    gatewayMetricsUrl: `http://127.0.0.1:${gateway.metricsPort}/metrics`,
     async close() {
       await gateway.close();
       await links.close();
@@ -121,6 +127,7 @@ export async function api(
   } catch {
     json = undefined;
   }
+  await expectDocumented(stack.gatewayUrl, method, path, res.status, res.headers.get("content-type"), json);
   return { status: res.status, headers: res.headers, body: json, text };
 }
 

@@ -46,6 +46,7 @@ export async function startWebhookStack(opts: WebhookStackOptions) {
       topology: opts.topology,
       pollIntervalMs: 100,
       reconnectWaitMs: 100,
+      onConnection: stack.linksMetrics.natsConnected,
       ...opts.relay,
     });
     relay.start();

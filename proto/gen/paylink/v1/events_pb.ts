@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file paylink/v1/events.proto.
  */
 export const file_paylink_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYXlsaW5rL3YxL2V2ZW50cy5wcm90bxIKcGF5bGluay52MSLfAQoFRXZlbnQSCgoCaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2xpbmtfaWQYAyABKAkSEQoJY2xpZW50X2lkGAQgASgJEjkKEXBheW1lbnRfY29tcGxldGVkGAogASgLMhwucGF5bGluay52MS5QYXltZW50Q29tcGxldGVkSAASLwoMbGlua19leHBpcmVkGAsgASgLMhcucGF5bGluay52MS5MaW5rRXhwaXJlZEgAQgkKB3BheWxvYWQigAEKEFBheW1lbnRDb21wbGV0ZWQSEgoKcGF5bWVudF9pZBgBIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgCIAEoCRIXCgt3ZWJob29rX3VybBgDIAEoCUICGAESEwoHYXBpX2tleRgEIAEoCUICGAESEgoKZ2VuZXJhdGlvbhgFIAEoDSI9CgtMaW5rRXhwaXJlZBIuCgpleHBpcmVkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcGIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChdwYXlsaW5rL3YxL2V2ZW50cy5wcm90bxIKcGF5bGluay52MSKIAgoFRXZlbnQSCgoCaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2xpbmtfaWQYAyABKAkSEQoJY2xpZW50X2lkGAQgASgJEjkKEXBheW1lbnRfY29tcGxldGVkGAogASgLMhwucGF5bGluay52MS5QYXltZW50Q29tcGxldGVkSAASLwoMbGlua19leHBpcmVkGAsgASgLMhcucGF5bGluay52MS5MaW5rRXhwaXJlZEgAEhIKCnJlcXVlc3RfaWQYFCABKAkSEwoLdHJhY2VwYXJlbnQYFSABKAlCCQoHcGF5bG9hZCKAAQoQUGF5bWVudENvbXBsZXRlZBISCgpwYXltZW50X2lkGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEhcKC3dlYmhvb2tfdXJsGAMgASgJQgIYARITCgdhcGlfa2V5GAQgASgJQgIYARISCgpnZW5lcmF0aW9uGAUgASgNIj0KC0xpbmtFeHBpcmVkEi4KCmV4cGlyZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * Published on NATS JetStream, stream PAYLINK_EVENTS, subject
@@ -66,6 +66,20 @@ export type Event = Message<"paylink.v1.Event"> & {
     value: LinkExpired;
     case: "linkExpired";
   } | { case: undefined; value?: undefined };
+
+  /**
+   * The request that caused the event, when one did (not the sweeper): its
+   * X-Request-Id and W3C traceparent. The relay also sends them as the NATS
+   * headers X-Request-Id and traceparent, which the notifier reads.
+   *
+   * @generated from field: string request_id = 20;
+   */
+  requestId: string;
+
+  /**
+   * @generated from field: string traceparent = 21;
+   */
+  traceparent: string;
 };
 
 /**

@@ -1,0 +1,22 @@
+// What the gateway's app and each of its plugins are built from, handed in
+// (the LinkService client first): nothing is imported as a singleton.
+import type { RateLimit } from "../services/shared/config.js";
+import type { Logger } from "../services/shared/logger.js";
+import type { Clients } from "./clients.js";
+import type { GatewayMetrics } from "./metrics.js";
+
+export interface GatewayDeps {
+  clients: Clients;
+  logger: Logger;
+  paylinkEnv: "test" | "production";
+  /** Per client on /v1; off when absent. */
+  rateLimitClient?: RateLimit;
+  /** Per address on pay; off when absent. */
+  rateLimitPay?: RateLimit;
+  /** REQUEST_TIMEOUT: a request (its body included) must arrive within it. */
+  requestTimeoutMs?: number;
+  /** TRUST_PROXY: proxies whose X-Forwarded-For names the client's address (the pay limit counts by it). */
+  trustProxy?: string[];
+  /** Request durations; none are kept when absent. */
+  metrics?: GatewayMetrics;
+}

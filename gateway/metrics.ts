@@ -1,0 +1,32 @@
+// The gateway's Prometheus metrics: one histogram of request durations by
+// method, route pattern (never the raw URL, whose ids would be unbounded)
+// and status code, observed once per answer with the time Fastify already
+// keeps. Served by startGateway on GATEWAY_METRICS_PORT, never on the public port.
+import type { FastifyInstance } from "fastify";
+import { Histogram, type Registry } from "prom-client";
+import { createRegistry, DURATION_BUCKETS } from "../services/shared/metrics.js";
+
+export function createGatewayMetrics(registry: Registry = createRegistry()) {
+  const httpDuration = new Histogram({
+    name: "paylink_http_server_duration_seconds",
+    help: "Time from a gateway request's arrival to its answer, by method, route pattern and status code.",
+    labelNames: ["method", "route", "status_code"],
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  });
+  return {
+    registry,
+    /** Observes every answer of the app, 404s (route "unmatched") included. */
+    register(app: FastifyInstance): void {
+      app.addHook("onResponse", (req, reply, done) => {
+        httpDuration.observe(
+          { method: req.method, route: req.routeOptions.url ?? "unmatched", status_code: reply.statusCode },
+          reply.elapsedTime / 1000,
+        );
+        done();
+      });
+    },
+  };
+}
+
+export type GatewayMetrics = ReturnType<typeof createGatewayMetrics>;

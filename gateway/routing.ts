@@ -1,0 +1,46 @@
+// How every gateway route answers: the contract's error body, and a path's
+// handlers with 405 and Allow for every other method.
+import { METHODS } from "node:http";
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, HTTPMethods, LogLevel, RouteOptions } from "fastify";
+import type { HttpError } from "./errors.js";
+
+/** Every method Node's parser accepts but CONNECT (which never reaches a route). */
+export const ALL_METHODS = METHODS.filter((m) => m !== "CONNECT");
+
+export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
+  if (error.headers) reply.headers(error.headers);
+  return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
+}
+
+type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+
+export interface RouteSettings {
+  logLevel?: LogLevel;
+  config?: object;
+  preParsing?: RouteOptions["preParsing"];
+  /** Per method, for the OpenAPI document (schemas.ts). */
+  schema?: Partial<Record<"GET" | "POST", FastifySchema>>;
+}
+
+/** Registers a path's handlers; every other method answers 405 with Allow. */
+export function route(
+  app: FastifyInstance,
+  url: string,
+  handlers: Partial<Record<"GET" | "POST", Handler>>,
+  { schema, ...options }: RouteSettings = {},
+): void {
+  const allowed = Object.keys(handlers) as ("GET" | "POST")[];
+  for (const method of allowed) app.route({ method, url, handler: handlers[method]!, schema: schema?.[method], ...options });
+  // Fastify answers HEAD for every GET route.
+  const served = ALL_METHODS.filter((m) => allowed.includes(m as "GET") || (m === "HEAD" && allowed.includes("GET")));
+  const allow = served.join(", ");
+  const others = ALL_METHODS.filter((m) => !served.includes(m));
+  app.route({
+    method: others as HTTPMethods[],
+    url,
+    // Judged before any body is read: an OPTIONS with a JSON label is a 405, not a 400.
+    onRequest: async (_req, reply) => sendError(reply.header("allow", allow), { status: 405, message: "Method not allowed" }),
+    handler: async () => undefined,
+    schema: { hide: true },
+  });
+}

@@ -1,0 +1,323 @@
+// The REST contract as JSON Schema (TypeBox), one schema per route: what
+// @fastify/swagger turns into /openapi.json. The contract's checks and their
+// messages stay in link-json.ts and pay-json.ts, in the contract's order
+// (see app.ts: these schemas document and are checked against every answer
+// of the test suite; they do not replace those checks).
+import { type TSchema, Type } from "@sinclair/typebox";
+
+const Str = (description: string, extra: object = {}) => Type.String({ description, ...extra });
+const Time = (description: string) => Type.String({ format: "date-time", description });
+
+export const ErrorBody = Type.Object(
+  { error: Str("The contract's message, e.g. `Link not found`") },
+  { $id: "Error", additionalProperties: false },
+);
+
+const Amount = Type.Object(
+  {
+    value: Type.Number({ exclusiveMinimum: 0, maximum: 1_000_000_000, description: "Major units (10.5 = ten and a half), no more decimals than the currency has" }),
+    currency: Str("ISO 4217 code; any case in, uppercase out", { pattern: "^[A-Za-z]{3}$" }),
+  },
+  { additionalProperties: false },
+);
+
+const Item = Type.Object(
+  {
+    name: Str("", { minLength: 1, maxLength: 200 }),
+    description: Type.Optional(Str("", { maxLength: 1000 })),
+    quantity: Type.Integer({ minimum: 1, maximum: 10_000 }),
+    amount: Type.Number({ minimum: 0, description: "The price of one unit" }),
+  },
+  { additionalProperties: false },
+);
+
+const PaymentMethod = Type.Union([Type.Literal("card"), Type.Literal("bank_transfer")]);
+
+const LinkData = Type.Object(
+  {
+    amount: Amount,
+    description: Type.Optional(Str("At least one of description and items", { minLength: 1, maxLength: 1000 })),
+    items: Type.Optional(Type.Array(Item, { minItems: 1, maxItems: 100 })),
+    merchant_id: Type.Optional(Str("", { maxLength: 200 })),
+    merchant_name: Type.Optional(Str("", { maxLength: 200 })),
+    customer: Type.Optional(
+      Type.Object(
+        {
+          name: Type.Optional(Str("", { maxLength: 200 })),
+          email: Type.Optional(Str("local@domain", { maxLength: 254 })),
+          phone: Type.Optional(Str("Digits, spaces, + - ( )", { maxLength: 32 })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    allowed_payment_methods: Type.Optional(Type.Array(PaymentMethod, { minItems: 1, uniqueItems: true })),
+    redirect_url: Type.Optional(Str("Absolute http or https URL", { format: "uri", maxLength: 2048 })),
+    cancel_url: Type.Optional(Str("Absolute http or https URL", { format: "uri", maxLength: 2048 })),
+  },
+  { additionalProperties: false },
+);
+
+const Metadata = Type.Object(
+  {
+    webhook: Type.Optional(Str("Where payment.completed is POSTed: an absolute http/https URL", { format: "uri", maxLength: 2048 })),
+    api_key: Type.Optional(Str("Printable ASCII; sent back in the webhook's Api-Key header", { maxLength: 500 })),
+  },
+  {
+    additionalProperties: Type.String({ maxLength: 500 }),
+    propertyNames: { minLength: 1, maxLength: 40 },
+    maxProperties: 50,
+    description: "The merchant's string values",
+  },
+);
+
+export const Link = Type.Object(
+  {
+    id: Str("lnk- and a UUIDv7"),
+    url: Str("Where the customer pays: CHECKOUT_BASE_URL/link/{id}", { format: "uri" }),
+    type: Type.Literal("payment"),
+    status: Type.Union([Type.Literal("created"), Type.Literal("used"), Type.Literal("expired")]),
+    data: LinkData,
+    client_id: Str("The merchant that owns the link"),
+    expires_at: Time("created_at + expires_in"),
+    created_at: Time(""),
+    updated_at: Time(""),
+    metadata: Metadata,
+  },
+  { $id: "Link", additionalProperties: false },
+);
+
+export const CreateLink = Type.Object(
+  {
+    type: Type.Literal("payment"),
+    expires_in: Type.Optional(Type.Integer({ minimum: 60, maximum: 86_400, default: 43_200, description: "Seconds" })),
+    data: LinkData,
+    metadata: Type.Optional(Metadata),
+  },
+  { additionalProperties: false },
+);
+
+export const LinkList = Type.Object(
+  { data: Type.Array(Type.Ref("Link")), has_more: Type.Boolean() },
+  { additionalProperties: false },
+);
+
+export const Payment = Type.Object(
+  {
+    id: Str(""),
+    link_id: Str(""),
+    transaction_id: Str("The processor's id"),
+    status: Type.Literal("succeeded"),
+    payment_method: PaymentMethod,
+    card: Type.Optional(
+      Type.Object(
+        { brand: Type.Union(["visa", "mastercard", "amex", "discover", "unknown"].map((b) => Type.Literal(b))), last4: Str("", { pattern: "^[0-9]{4}$" }) },
+        { additionalProperties: false },
+      ),
+    ),
+    amount: Amount,
+    created_at: Time(""),
+    captured_at: Type.Optional(Time("Once the held funds were captured")),
+  },
+  { $id: "Payment", additionalProperties: false },
+);
+
+export const LinkEvent = Type.Object(
+  {
+    id: Str("The event id, also the webhook's Webhook-Id"),
+    type: Str("payment.completed"),
+    created_at: Time(""),
+    status: Type.Union(["pending", "delivered", "failed", "gone", "no_webhook"].map((s) => Type.Literal(s))),
+    attempts: Type.Array(
+      Type.Object(
+        {
+          number: Type.Integer({ minimum: 1 }),
+          at: Time(""),
+          status_code: Type.Optional(Type.Integer()),
+          error: Type.Optional(Str("")),
+          duration_ms: Type.Integer({ minimum: 0 }),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    next_attempt_at: Type.Optional(Time("")),
+  },
+  { $id: "LinkEvent", additionalProperties: false },
+);
+
+export const LinkEventList = Type.Object({ data: Type.Array(Type.Ref("LinkEvent")) }, { additionalProperties: false });
+
+export const Pay = Type.Object(
+  {
+    payment_method: PaymentMethod,
+    card: Type.Optional(
+      Type.Object(
+        {
+          number: Str("The card number"),
+          exp_month: Type.Integer({ minimum: 1, maximum: 12 }),
+          exp_year: Type.Integer(),
+          cvc: Str(""),
+          name: Type.Optional(Str("")),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const PayResult = Type.Object(
+  {
+    link_id: Str(""),
+    payment_id: Str(""),
+    transaction_id: Str(""),
+    status: Type.Literal("succeeded"),
+    redirect_url: Type.Optional(Str("Where the page sends the customer next", { format: "uri" })),
+  },
+  { additionalProperties: false },
+);
+
+export const Probe = Type.Object({ status: Type.String() }, { additionalProperties: false });
+
+/** The shared schemas, added once to the app so routes and the document refer to them. */
+export const SHARED_SCHEMAS: TSchema[] = [ErrorBody, Link, Payment, LinkEvent];
+
+const ref = (id: string) => Type.Ref(id);
+const errorRef = (description: string) => ({ ...ref("Error"), description });
+/** The refusals a route may answer, each `{"error": message}`, and any other as default. */
+const errors = (statuses: Record<number, string>) => ({
+  ...Object.fromEntries(Object.entries(statuses).map(([status, description]) => [status, errorRef(description)])),
+  default: errorRef("Any other refusal (405, 413, 415, 429, 500, 503, ...): `{\"error\": message}`"),
+});
+const MERCHANT_ERRORS = {
+  400: "`Client ID header is required`, invalid JSON, or a field's rule",
+  401: "`Invalid API key` (PAYLINK_AUTH=api-key)",
+  403: "`Unauthorized access`: another client's key or link",
+};
+const LINK_ERRORS = { ...MERCHANT_ERRORS, 404: "`Link not found`" };
+const LIVE_LINK_ERRORS = { ...LINK_ERRORS, 409: "`Link has already been used`", 410: "`Link has expired`" };
+
+const clientIdHeader = Type.Object({ "client-id": Str("The merchant; required on every /v1 request") });
+/** Public routes: no merchant credentials. */
+const open = { security: [] };
+
+const idParams = Type.Object({ id: Str("The link id") });
+
+/** Route schemas, by path and method, as route() takes them. */
+export const ROUTE_SCHEMAS = {
+  links: {
+    POST: {
+      operationId: "createLink",
+      tags: ["links"],
+      summary: "Create a link",
+      headers: Type.Object({
+        ...clientIdHeader.properties,
+        "idempotency-key": Type.Optional(Str("1 to 255 characters; replays the first answer for 24 h", { minLength: 1, maxLength: 255 })),
+      }),
+      body: CreateLink,
+      response: {
+        201: { ...ref("Link"), description: "Created; `Location: /v1/links/{id}`" },
+        ...errors({ ...MERCHANT_ERRORS, 409: "Idempotency-Key in progress", 422: "Idempotency-Key used with a different request" }),
+      },
+    },
+    GET: {
+      operationId: "listLinks",
+      tags: ["links"],
+      summary: "List the caller's links, newest first",
+      headers: clientIdHeader,
+      querystring: Type.Object({
+        limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+        starting_after: Type.Optional(Str("A link id: the page after it")),
+        status: Type.Optional(Type.Union([Type.Literal("created"), Type.Literal("used"), Type.Literal("expired")])),
+      }),
+      response: { 200: { ...LinkList, description: "A page of links" }, ...errors(MERCHANT_ERRORS) },
+    },
+  },
+  link: {
+    GET: {
+      operationId: "getLink",
+      tags: ["links"],
+      summary: "Read a payable link (409 used, 410 expired)",
+      headers: clientIdHeader,
+      params: idParams,
+      response: { 200: { ...ref("Link"), description: "The link" }, ...errors(LIVE_LINK_ERRORS) },
+    },
+  },
+  expire: {
+    POST: {
+      operationId: "expireLink",
+      tags: ["links"],
+      summary: "End a link early",
+      headers: clientIdHeader,
+      params: idParams,
+      response: { 200: { ...ref("Link"), description: "The link, expired" }, ...errors(LIVE_LINK_ERRORS) },
+    },
+  },
+  payment: {
+    GET: {
+      operationId: "getPayment",
+      tags: ["links"],
+      summary: "The link's payment",
+      headers: clientIdHeader,
+      params: idParams,
+      response: { 200: { ...ref("Payment"), description: "The payment" }, ...errors({ ...LINK_ERRORS, 404: "`Link not found` or `Payment not found`" }) },
+    },
+  },
+  events: {
+    GET: {
+      operationId: "listLinkEvents",
+      tags: ["webhooks"],
+      summary: "The link's webhook events and their attempts",
+      headers: clientIdHeader,
+      params: idParams,
+      response: { 200: { ...LinkEventList, description: "Oldest first" }, ...errors(LINK_ERRORS) },
+    },
+  },
+  redeliver: {
+    POST: {
+      operationId: "redeliverEvent",
+      tags: ["webhooks"],
+      summary: "Deliver an event's webhook again",
+      headers: clientIdHeader,
+      params: Type.Object({ id: Str("The link id"), eventId: Str("The event id") }),
+      response: { 202: { ...ref("LinkEvent"), description: "Accepted: the event, pending" }, ...errors({ ...LINK_ERRORS, 409: "`Link has no webhook`" }) },
+    },
+  },
+  checkoutPage: {
+    GET: {
+      operationId: "checkoutPage",
+      tags: ["checkout"],
+      summary: "The customer's checkout page (HTML, also for refusals)",
+      ...open,
+      params: idParams,
+      response: {
+        200: { description: "The checkout page", content: { "text/html": { schema: Type.String() } } },
+        404: { description: "A page: no such link", content: { "text/html": { schema: Type.String() } } },
+        default: { description: "A page: used (409), expired (410), or an error", content: { "text/html": { schema: Type.String() } } },
+      },
+    },
+  },
+  pay: {
+    POST: {
+      operationId: "payLink",
+      tags: ["checkout"],
+      summary: "Pay a link",
+      ...open,
+      params: idParams,
+      body: Pay,
+      response: {
+        200: { ...PayResult, description: "Paid" },
+        ...errors({ 400: "Invalid JSON, a field's rule, or the card's", 402: "`Card was declined`", 404: "`Link not found`", 409: "`Link has already been used`", 410: "`Link has expired`", 429: "`Too many requests`" }),
+      },
+    },
+  },
+  healthz: { GET: { operationId: "healthz", tags: ["probes"], summary: "Alive", ...open, response: { 200: { ...Probe, description: "Alive" }, ...errors({ 405: "`Method not allowed`" }) } } },
+  readyz: {
+    GET: {
+      operationId: "readyz",
+      tags: ["probes"],
+      summary: "Ready: the LinkService answers",
+      ...open,
+      response: { 200: { ...Probe, description: "Ready" }, 503: { ...Probe, description: "Not ready" }, ...errors({ 405: "`Method not allowed`" }) },
+    },
+  },
+} as const;

@@ -1,0 +1,124 @@
+// The LinkService's Prometheus metrics. RPC durations are measured around
+// the process's one HTTP/2 request handler, so the gRPC fast path and
+// connect's adapter (Connect, gRPC-Web, streaming) are counted alike.
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { type Code, ConnectError } from "@connectrpc/connect";
+import { codeFromHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
+import type { Clock } from "../shared/clock.js";
+import { createRegistry, DURATION_BUCKETS, natsConnectedGauge } from "../shared/metrics.js";
+import type { Db } from "./db.js";
+import { oldestUnpublishedAt } from "./outbox.js";
+import type { Payments } from "./payments.js";
+import { uncapturedCount } from "./store.js";
+
+export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Registry }) {
+  const registry = opts.registry ?? createRegistry();
+  const registers = [registry];
+  const rpcDuration = new Histogram({
+    name: "paylink_rpc_server_duration_seconds",
+    help: "Time from a LinkService request's arrival to its answer, by service, method and gRPC code.",
+    labelNames: ["rpc_service", "rpc_method", "rpc_code"],
+    buckets: DURATION_BUCKETS,
+    registers,
+  });
+  const payments = new Counter({
+    name: "paylink_payments_total",
+    help: "CompletePayment calls by outcome: succeeded, or the refusal's reason (card_declined, link_used, ...) or code.",
+    labelNames: ["outcome"],
+    registers,
+  });
+  const sweeperRuns = new Counter({
+    name: "paylink_sweeper_runs_total",
+    help: "Expiry sweeper runs by result (ok, error).",
+    labelNames: ["result"],
+    registers,
+  });
+  const linksExpired = new Counter({
+    name: "paylink_links_expired_total",
+    help: "Links the expiry sweeper recorded as expired.",
+    registers,
+  });
+  new Gauge({
+    name: "paylink_outbox_lag_seconds",
+    help: "Age of the oldest outbox event not yet published to NATS; 0 when none waits.",
+    registers,
+    async collect() {
+      const oldest = await oldestUnpublishedAt(opts.db);
+      this.set(oldest ? Math.max(0, (opts.clock.now().getTime() - oldest.getTime()) / 1000) : 0);
+    },
+  });
+  new Gauge({
+    name: "paylink_capture_backlog",
+    help: "Payments whose capture is owed but not recorded yet.",
+    registers,
+    async collect() {
+      this.set(await uncapturedCount(opts.db));
+    },
+  });
+  const natsConnected = natsConnectedGauge(registry, "relay");
+
+  return {
+    registry,
+    natsConnected: (up: boolean) => natsConnected.set({ connection: "relay" }, up ? 1 : 0),
+    sweeper: {
+      ran: (expired: number) => {
+        sweeperRuns.inc({ result: "ok" });
+        if (expired > 0) linksExpired.inc(expired);
+      },
+      failed: () => sweeperRuns.inc({ result: "error" }),
+    },
+    /** Counts each payment's outcome without touching the payment code. */
+    countPayments(inner: Payments): Payments {
+      return {
+        ...inner,
+        async complete(req) {
+          try {
+            const res = await inner.complete(req);
+            payments.inc({ outcome: "succeeded" });
+            return res;
+          } catch (err) {
+            payments.inc({ outcome: outcomeOf(err) });
+            throw err;
+          }
+        },
+      };
+    },
+    /** Wraps the HTTP/2 request handler: one observation per request, when its stream closes. */
+    measure(handler: (req: Http2ServerRequest, res: Http2ServerResponse) => void) {
+      return (req: Http2ServerRequest, res: Http2ServerResponse) => {
+        const end = rpcDuration.startTimer();
+        let trailerStatus: string | undefined;
+        const addTrailers = res.addTrailers.bind(res);
+        res.addTrailers = (trailers) => {
+          const status = trailers["grpc-status"];
+          if (status !== undefined) trailerStatus = String(status);
+          addTrailers(trailers);
+        };
+        res.once("close", () => {
+          const [, service = "unknown", method = "unknown"] = /^\/([^/]+)\/([^/?]+)/.exec(req.url) ?? [];
+          end({ rpc_service: service, rpc_method: method, rpc_code: codeOf(trailerStatus ?? res.getHeader("grpc-status"), res.statusCode) });
+        });
+        handler(req, res);
+      };
+    },
+  };
+}
+
+export type LinksMetrics = ReturnType<typeof createLinksMetrics>;
+
+/** gRPC answers carry grpc-status; Connect and plain HTTP answers only their HTTP status. */
+function codeOf(grpcStatus: unknown, httpStatus: number): string {
+  if (grpcStatus !== undefined) {
+    const code = Number(grpcStatus);
+    return code === 0 ? "ok" : codeToString(code as Code);
+  }
+  return httpStatus < 400 ? "ok" : codeToString(codeFromHttpStatus(httpStatus));
+}
+
+function outcomeOf(err: unknown): string {
+  const connectErr = ConnectError.from(err);
+  const reason = connectErr.findDetails(ErrorInfoSchema)[0]?.reason;
+  return (reason ?? codeToString(connectErr.code)).toLowerCase();
+}

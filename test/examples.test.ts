@@ -1,0 +1,48 @@
+// The client examples a platform team copies: each is generated from proto/
+// here (buf + protoc-gen-es; protoc + gRPC's Python plugin) and run against a
+// started LinkService, where it creates a link and reads it back.
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { type Stack, startStack } from "./support/stack.js";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const run = promisify(execFile);
+// Debian's python3, which has python3-grpcio (a pyenv shim on the PATH may not).
+const PYTHON = process.env.PYTHON ?? (existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3");
+
+let stack: Stack;
+let env: NodeJS.ProcessEnv;
+beforeAll(async () => {
+  stack = await startStack();
+  const headers = await stack.merchantHeaders("merchant-examples");
+  env = {
+    ...process.env,
+    CLIENT_ID: "merchant-examples",
+    API_KEY: headers.authorization?.replace(/^Bearer /, "") ?? "",
+    LINKS_URL: stack.linksUrl,
+    LINKS_TARGET: stack.linksUrl.replace("http://", ""),
+  };
+});
+afterAll(() => stack?.close());
+
+function expectCreatedAndRead(stdout: string) {
+  const [created, read] = stdout.trim().split("\n").map((line) => JSON.parse(line));
+  expect(created).toMatchObject({ status: "LINK_STATUS_CREATED" });
+  expect(created.created).toMatch(/^lnk-/);
+  expect(read).toEqual({ read: created.created, status: "LINK_STATUS_CREATED", amount: "2550" });
+}
+
+it("the TypeScript client (buf + protoc-gen-es, connect-es) creates and reads a link", async () => {
+  await run(`${root}node_modules/.bin/buf`, ["generate", "--template", "examples/typescript/buf.gen.yaml"], { cwd: root });
+  const { stdout } = await run(`${root}node_modules/.bin/tsx`, ["examples/typescript/client.ts"], { cwd: root, env, timeout: 30_000 });
+  expectCreatedAndRead(stdout);
+}, 60_000);
+
+it("the Python client (protoc + grpc_python_plugin, grpcio) creates and reads a link", async () => {
+  await run("bash", ["examples/python/generate.sh"], { cwd: root });
+  const { stdout } = await run(PYTHON, ["examples/python/client.py"], { cwd: root, env, timeout: 30_000 });
+  expectCreatedAndRead(stdout);
+}, 60_000);

@@ -1,0 +1,124 @@
+// Each process's Prometheus metrics, scraped from its own metrics port after
+// real traffic: never from the public gateway port.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { Health } from "../proto/gen/grpc/health/v1/health_pb.js";
+import { createSweeper } from "../services/links/sweeper.js";
+import { waitFor } from "./support/nats.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+import { createTestDatabase, silent, startDeliveryStack, usePrivateNatsAndDatabase } from "./support/webhooks.js";
+
+const scrape = async (url: string) => {
+  const res = await fetch(url);
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
+  return res.text();
+};
+
+/** The value of one sample, by its name and exact label set as Prometheus prints it. */
+function sample(text: string, series: string): number | undefined {
+  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+describe("gateway and LinkService metrics", () => {
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+  let stack: Stack;
+  beforeAll(async () => {
+    // Its own database: the sweeper below sweeps the whole table.
+    database = await createTestDatabase();
+    stack = await startStack({ databaseUrl: database.url });
+  });
+  afterAll(async () => {
+    await stack?.close();
+    await database?.drop();
+  });
+
+  it("counts requests by route and status, RPCs by method and code, payments by outcome", async () => {
+    const created = await api(stack, "POST", "/v1/links", { body: validLink() });
+    expect(created.status).toBe(201);
+    expect((await api(stack, "GET", `/v1/links/${created.body.id}`)).status).toBe(200);
+    expect((await api(stack, "GET", "/v1/links/lnk-nope")).status).toBe(404);
+    const pay = (body: unknown) =>
+      fetch(`${stack.gatewayUrl}/link/${created.body.id}/pay`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    expect((await pay({ payment_method: "bank_transfer" })).status).toBe(200);
+    expect((await pay({ payment_method: "bank_transfer" })).status).toBe(409);
+
+    const gateway = await scrape(stack.gatewayMetricsUrl);
+    const http = "paylink_http_server_duration_seconds_count";
+    expect(sample(gateway, `${http}{method="POST",route="/v1/links",status_code="201"}`)).toBe(1);
+    expect(sample(gateway, `${http}{method="GET",route="/v1/links/:id",status_code="200"}`)).toBe(1);
+    expect(sample(gateway, `${http}{method="GET",route="/v1/links/:id",status_code="404"}`)).toBe(1);
+    expect(sample(gateway, `${http}{method="POST",route="/link/:id/pay",status_code="409"}`)).toBe(1);
+    expect(gateway).toContain("paylink_process_cpu_seconds_total");
+    expect(gateway).toContain("paylink_nodejs_eventloop_lag_seconds");
+    // Never on the public port.
+    expect((await fetch(`${stack.gatewayUrl}/metrics`)).status).toBe(404);
+
+    const links = await scrape(stack.linksMetricsUrl);
+    // Creates and gets travel batched; CompletePayment alone.
+    const rpc = (method: string, code: string) =>
+      sample(links, `paylink_rpc_server_duration_seconds_count{rpc_service="paylink.v1.LinkService",rpc_method="${method}",rpc_code="${code}"}`);
+    expect(rpc("BatchCreateLinks", "ok")).toBe(1);
+    expect(rpc("CompletePayment", "ok")).toBe(1);
+    expect(rpc("CompletePayment", "failed_precondition")).toBe(1);
+    expect(sample(links, 'paylink_payments_total{outcome="succeeded"}')).toBe(1);
+    expect(sample(links, 'paylink_payments_total{outcome="link_used"}')).toBe(1);
+    expect(sample(links, "paylink_capture_backlog")).toBe(0);
+    expect(sample(links, "paylink_outbox_lag_seconds")).toBeGreaterThanOrEqual(0);
+    expect(sample(links, 'paylink_nats_connected{connection="relay"}')).toBe(0);
+    expect(links).toContain("paylink_process_resident_memory_bytes");
+  });
+
+  it("measures Connect calls (connect's adapter, not the fast path) and the health check too", async () => {
+    const health = createClient(Health, createConnectTransport({ baseUrl: stack.linksUrl, httpVersion: "2" }));
+    await health.check({});
+    const links = await scrape(stack.linksMetricsUrl);
+    expect(sample(links, 'paylink_rpc_server_duration_seconds_count{rpc_service="grpc.health.v1.Health",rpc_method="Check",rpc_code="ok"}')).toBe(1);
+  });
+
+  it("counts sweeper runs and the links they expire; the outbox lag grows until the relay publishes", async () => {
+    await api(stack, "POST", "/v1/links", { body: validLink({ expires_in: 60 }) });
+    stack.clock.advance(61_000);
+    const sweeper = createSweeper({ db: stack.db, clock: stack.clock, logger: silent, metrics: stack.linksMetrics.sweeper });
+    expect(await sweeper.sweep()).toBeGreaterThanOrEqual(1);
+    const links = await scrape(stack.linksMetricsUrl);
+    expect(sample(links, 'paylink_sweeper_runs_total{result="ok"}')).toBe(1);
+    expect(sample(links, "paylink_links_expired_total")).toBeGreaterThanOrEqual(1);
+    // No relay runs here: the payment's and the expiry's events wait, as old as the clock says.
+    expect(sample(links, "paylink_outbox_lag_seconds")).toBeGreaterThanOrEqual(60);
+  });
+});
+
+describe("notifier metrics", () => {
+  const env = usePrivateNatsAndDatabase();
+  const cleanups: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+
+  it("counts webhook attempts by outcome, delivery latency and the NATS connection, on NOTIFIER_PORT", async () => {
+    const delivery = await startDeliveryStack(env, cleanups, { retrySchedule: [50], answer: (_r, earlier) => (earlier === 0 ? 500 : 200) });
+    const notifier = await delivery.notifier();
+    await delivery.webhooks.pay({ webhook: delivery.receiver.url });
+    await waitFor(() => notifier.metrics.counts.delivered === 1);
+
+    const text = await scrape(`http://127.0.0.1:${notifier.port}/metrics`);
+    expect(sample(text, 'paylink_webhook_attempts_total{outcome="failed"}')).toBe(1);
+    expect(sample(text, 'paylink_webhook_attempts_total{outcome="delivered"}')).toBe(1);
+    expect(sample(text, 'paylink_webhook_attempt_duration_seconds_count{outcome="delivered"}')).toBe(1);
+    expect(sample(text, "paylink_webhook_delivery_latency_seconds_count")).toBe(1);
+    expect(sample(text, 'paylink_notifier_webhook_events_total{outcome="delivered"}')).toBe(1);
+    expect(sample(text, 'paylink_nats_connected{connection="notifier"}')).toBe(1);
+    expect(text).toContain("paylink_process_cpu_seconds_total");
+
+    const links = await scrape(delivery.webhooks.stack.linksMetricsUrl);
+    expect(sample(links, 'paylink_nats_connected{connection="relay"}')).toBe(1);
+    expect(sample(links, "paylink_outbox_lag_seconds")).toBe(0);
+  });
+});

@@ -1,0 +1,54 @@
+// gRPC server reflection (v1 and v1alpha) and grpc.health.v1 on the
+// LinkService port: `buf curl` calls CreateLink knowing nothing but the URL.
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Stack, startStack } from "./support/stack.js";
+
+const BUF = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));
+const run = promisify(execFile);
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.close());
+
+/** buf curl over gRPC with reflection alone: no --schema, no proto files. */
+async function bufCurl(path: string, body: unknown, headers: Record<string, string>, reflectProtocol: "grpc-v1" | "grpc-v1alpha") {
+  const args = ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--reflect-protocol", reflectProtocol, "-d", JSON.stringify(body)];
+  for (const [name, value] of Object.entries(headers)) args.push("-H", `${name}: ${value}`);
+  // An empty working directory: nothing there buf could mistake for a schema.
+  const { stdout } = await run(BUF, [...args, `${stack.linksUrl}${path}`], { cwd: "/tmp", timeout: 30_000 });
+  return JSON.parse(stdout);
+}
+
+describe("gRPC server reflection", () => {
+  it.each(["grpc-v1", "grpc-v1alpha"] as const)("lets buf curl create a link with %s reflection alone", async (protocol) => {
+    const link = await bufCurl(
+      "/paylink.v1.LinkService/CreateLink",
+      { type: "LINK_TYPE_PAYMENT", data: { amount: { value: "1050", currency: "USD" }, description: "Reflected" } },
+      await stack.merchantHeaders("client-reflect"),
+      protocol,
+    );
+    expect(link.link).toMatchObject({ clientId: "client-reflect", status: "LINK_STATUS_CREATED", data: { description: "Reflected" } });
+    expect(link.link.id).toMatch(/^lnk-/);
+  });
+
+  it("lists the services and answers grpc.health.v1 through it", async () => {
+    const { stdout } = await run(BUF, ["curl", "--http2-prior-knowledge", "--list-services", stack.linksUrl], { cwd: "/tmp", timeout: 30_000 });
+    expect(stdout.split("\n").filter(Boolean).sort()).toEqual(
+      [
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "paylink.admin.v1.AdminService",
+        "paylink.internal.v1.DeliveryService",
+        "paylink.v1.LinkService",
+      ].sort(),
+    );
+    const health = await bufCurl("/grpc.health.v1.Health/Check", {}, {}, "grpc-v1");
+    expect(health).toEqual({ status: "SERVING" });
+  });
+});

@@ -1,0 +1,50 @@
+// Every REST answer the suite sees is checked against the document the
+// gateway serves at /openapi.json (api() in stack.ts calls this), so the
+// document cannot drift from the service.
+import { Ajv2020 } from "ajv/dist/2020.js";
+import addFormats from "ajv-formats";
+import { expect } from "vitest";
+
+type Doc = { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>> };
+
+let loaded: Promise<{ doc: Doc; ajv: InstanceType<typeof Ajv2020>; routes: { pattern: RegExp; path: string }[] }> | undefined;
+
+function load(gatewayUrl: string) {
+  loaded ??= (async () => {
+    const doc = (await (await fetch(`${gatewayUrl}/openapi.json`)).json()) as Doc;
+    const ajv = new Ajv2020({ strict: false, allErrors: true });
+    (addFormats as unknown as (a: unknown) => void)(ajv);
+    ajv.addSchema({ ...doc, $id: "openapi" });
+    const routes = Object.keys(doc.paths).map((path) => ({
+      path,
+      pattern: new RegExp(`^${path.replace(/\{[^}]+\}/g, "[^/]+")}$`),
+    }));
+    return { doc, ajv, routes };
+  })();
+  return loaded;
+}
+
+const pointer = (...parts: string[]) => parts.map((p) => p.replace(/~/g, "~0").replace(/\//g, "~1")).join("/");
+
+/** Fails the test when a JSON answer does not match what the document says of that path, method and status. */
+export async function expectDocumented(gatewayUrl: string, method: string, url: string, status: number, contentType: string | null, body: unknown) {
+  if (method === "HEAD" || !contentType?.startsWith("application/json")) return;
+  const { doc, ajv, routes } = await load(gatewayUrl);
+  const path = new URL(url, "http://x").pathname;
+  const route = routes.find((r) => r.pattern.test(path));
+  const operation = route && doc.paths[route.path]![method.toLowerCase()];
+  let ref = "openapi#/components/schemas/Error";
+  if (operation) {
+    const key = String(status) in operation.responses ? String(status) : "default";
+    expect(operation.responses[key], `${method} ${route.path} ${status} is not in the document`).toBeDefined();
+    expect(operation.responses[key]!.content?.["application/json"], `${method} ${route.path} ${status} answers JSON`).toBeDefined();
+    ref = `openapi#/${pointer("paths", route.path, method.toLowerCase(), "responses", key, "content", "application/json", "schema")}`;
+  } else {
+    // Undocumented: only refusals (404, 405) answer there.
+    expect(status, `${method} ${path} answered ${status}, undocumented`).toBeGreaterThanOrEqual(400);
+  }
+  const validate = ajv.getSchema(ref)!;
+  if (!validate(body)) {
+    expect.fail(`${method} ${path} ${status} does not match the document: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body)}`);
+  }
+}

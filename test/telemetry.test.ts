@@ -1,0 +1,79 @@
+// OpenTelemetry export: off (nothing loaded, no span) without
+// OTEL_EXPORTER_OTLP_ENDPOINT; with it, one trace across the gateway and the
+// LinkService reaches an OTLP/HTTP receiver, each span the child of the one
+// that called it.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { startSpan, startTelemetry, telemetryOn } from "../services/shared/telemetry.js";
+import { traceFrom } from "../services/shared/trace-context.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+}
+const received: { service: string; span: OtlpSpan }[] = [];
+let collector: http.Server;
+let stack: Stack;
+let telemetry: Awaited<ReturnType<typeof startTelemetry>>;
+
+beforeAll(async () => {
+  collector = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      const json = JSON.parse(body);
+      for (const rs of json.resourceSpans ?? []) {
+        const service = rs.resource.attributes.find((a: { key: string }) => a.key === "service.name")?.value.stringValue;
+        for (const ss of rs.scopeSpans) for (const span of ss.spans) received.push({ service, span });
+      }
+      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+    });
+  });
+  await new Promise<void>((resolve) => collector.listen(0, "127.0.0.1", resolve));
+});
+afterAll(async () => {
+  await stack?.close();
+  await telemetry?.shutdown();
+  collector?.close();
+});
+
+it("runs nothing without OTEL_EXPORTER_OTLP_ENDPOINT", async () => {
+  expect(await startTelemetry("off", {})).toBeUndefined();
+  expect(telemetryOn()).toBe(false);
+  expect(startSpan("nothing", traceFrom(undefined, undefined))).toBeUndefined();
+});
+
+it("exports one trace across the gateway and the LinkService when it is set", async () => {
+  // The SDK reads the standard variables from the environment.
+  Object.assign(process.env, {
+    OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(collector.address() as AddressInfo).port}`,
+    OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+    OTEL_METRICS_EXPORTER: "none",
+    OTEL_LOGS_EXPORTER: "none",
+  });
+  telemetry = await startTelemetry("test");
+  expect(telemetryOn()).toBe(true);
+  stack = await startStack();
+  const created = await api(stack, "POST", "/v1/links", { body: validLink() });
+  const traceId = "0af7651916cd43dd8448eb211c80319c";
+  const callerSpan = "b7ad6b7169203331";
+  const res = await fetch(`${stack.gatewayUrl}/link/${created.body.id}/pay`, {
+    method: "POST",
+    headers: { "content-type": "application/json", traceparent: `00-${traceId}-${callerSpan}-01` },
+    body: JSON.stringify({ payment_method: "bank_transfer" }),
+  });
+  expect(res.status).toBe(200);
+  await res.text();
+  await telemetry!.shutdown(); // flushes
+  telemetry = undefined;
+
+  const spans = received.filter((r) => r.span.traceId === traceId).map((r) => r.span);
+  const gateway = spans.find((s) => s.parentSpanId === callerSpan);
+  expect(gateway, JSON.stringify(spans)).toBeDefined();
+  const links = spans.find((s) => s.parentSpanId === gateway!.spanId);
+  expect(links?.name).toBe("/paylink.v1.LinkService/CompletePayment");
+});

@@ -1,0 +1,83 @@
+// One payment followed by its ids: the X-Request-Id and traceparent of the
+// pay request reach the LinkService, the outbox event's NATS headers and the
+// notifier's log line for the webhook attempt; every log line on the way
+// that names the request also names its trace.
+import { connect } from "nats";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { createRelay } from "../services/links/relay.js";
+import { startNotifier } from "../services/notifier/notifier.js";
+import { createLogger } from "../services/shared/logger.js";
+import { uniqueTopology, waitFor } from "./support/nats.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+import { startReceiver, usePrivateNatsAndDatabase } from "./support/webhooks.js";
+
+const env = usePrivateNatsAndDatabase();
+const lines: Record<string, unknown>[] = [];
+const logger = createLogger("trace-test", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+const cleanups: (() => Promise<void>)[] = [];
+let stack: Stack;
+const topology = uniqueTopology();
+
+beforeAll(async () => {
+  let kick = () => {};
+  stack = await startStack({ databaseUrl: env.database.url, logger, onEventsCommitted: () => kick() });
+  cleanups.push(stack.close);
+  const relay = createRelay({ db: stack.db, natsUrl: env.nats.url, clock: stack.clock, logger, topology, pollIntervalMs: 100 });
+  kick = relay.kick;
+  relay.start();
+  cleanups.push(relay.close);
+});
+afterAll(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+it("follows one payment from the pay request to the webhook's log line by its request id and trace id", async () => {
+  const receiver = await startReceiver();
+  cleanups.push(receiver.close);
+  const created = await api(stack, "POST", "/v1/links", { body: validLink({ metadata: { webhook: receiver.url } }) });
+  expect(created.status).toBe(201);
+
+  // Watch the stream for the event's headers.
+  const nc = await connect({ servers: env.nats.url });
+  cleanups.push(() => nc.close());
+
+  const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const requestId = "pay-trace-1";
+  const paid = await fetch(`${stack.gatewayUrl}/link/${created.body.id}/pay`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-request-id": requestId, traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+    body: JSON.stringify({ payment_method: "bank_transfer" }),
+  });
+  expect(paid.status).toBe(200);
+  expect(paid.headers.get("x-request-id")).toBe(requestId);
+  await paid.text();
+
+  const notifier = await startNotifier({
+    natsUrl: env.nats.url,
+    linksUrl: stack.linksUrl,
+    env: "test",
+    retrySchedule: [50],
+    logger,
+    port: 0,
+    host: "127.0.0.1",
+    topology,
+    reconnectWaitMs: 100,
+  });
+  cleanups.push(notifier.close);
+  await waitFor(() => receiver.requests.length === 1, 20_000);
+
+  // The event on the stream carries the request's ids as NATS headers.
+  const jsm = await nc.jetstreamManager();
+  const stored = await jsm.streams.getMessage(topology.eventStream, { last_by_subj: `${topology.eventSubjectPrefix}.payment.completed` });
+  expect(stored.header.get("X-Request-Id")).toBe(requestId);
+  expect(stored.header.get("traceparent")).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
+
+  await waitFor(() => lines.some((l) => l.msg === "webhook attempt"), 10_000);
+  const attempt = lines.find((l) => l.msg === "webhook attempt")!;
+  expect(attempt).toMatchObject({ requestId, traceId, outcome: "delivered", statusCode: 200 });
+
+  // The gateway's lines for the request carry both ids; so does every line naming the request.
+  const gatewayLines = lines.filter((l) => l.requestId === requestId && l.msg === "request completed");
+  expect(gatewayLines.length).toBeGreaterThan(0);
+  for (const line of lines.filter((l) => l.requestId === requestId)) expect(line.traceId).toBe(traceId);
+});
