@@ -20,19 +20,24 @@ export function hasClientId(req: FastifyRequest): boolean {
   return typeof clientId === "string" && clientId.trim() !== "";
 }
 
-/** Who calls, for a LinkService call made for `req` (a batch item carries it as fields). */
+/** Who calls and its trace, for a LinkService call made for `req` (a batch item carries them as fields). */
 export function caller(req: FastifyRequest): Caller {
   forwarded.add(req);
-  const clientId = req.headers["client-id"] as string;
-  const authorization = req.headers.authorization;
-  return authorization === undefined ? { clientId } : { clientId, authorization };
+  const trace = forwardTrace(req);
+  const found: Caller = { clientId: req.headers["client-id"] as string };
+  if (req.headers.authorization !== undefined) found.authorization = req.headers.authorization;
+  if (trace.traceparent !== undefined) found.traceparent = trace.traceparent;
+  if (trace["x-request-id"] !== undefined) found.requestId = trace["x-request-id"];
+  return found;
 }
 
-/** The same, as call options: the headers of a call that is not batched (with the request's trace). */
+/** The same, as call options: the headers of a call that is not batched. */
 export function asCaller(req: FastifyRequest): { headers: Record<string, string> } {
-  const { clientId, authorization } = caller(req);
-  const headers: Record<string, string> = { ...forwardTrace(req), "client-id": clientId };
+  const { clientId, authorization, requestId, traceparent } = caller(req);
+  const headers: Record<string, string> = { "client-id": clientId };
   if (authorization !== undefined) headers.authorization = authorization;
+  if (traceparent !== undefined) headers.traceparent = traceparent;
+  if (requestId !== undefined) headers["x-request-id"] = requestId;
   return { headers };
 }
 

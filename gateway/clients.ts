@@ -26,6 +26,9 @@ export interface Caller {
   clientId: string;
   /** The Authorization header as given; absent when none was. */
   authorization?: string;
+  /** The request's trace, which a batch item carries as fields. */
+  requestId?: string;
+  traceparent?: string;
 }
 
 export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }: { deadlineMs?: number } = {}) {

@@ -1,8 +1,8 @@
 // The gateway's end of request tracing: each request gets a W3C trace (the
 // caller's traceparent when valid, else a new one) beside its request id;
 // its log lines carry both, and so do the LinkService calls made for it
-// (gRPC metadata x-request-id and traceparent). Batched calls carry none of
-// their items' ids: the items' own log lines here name them.
+// (gRPC metadata x-request-id and traceparent; a batch item carries them as
+// fields of its own).
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, RawRequestDefaultExpression } from "fastify";
 import { type OpenSpan, startSpan, telemetryOn } from "../services/shared/telemetry.js";
 import { type TraceContext, traceFrom, traceHeaders } from "../services/shared/trace-context.js";

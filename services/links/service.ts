@@ -8,6 +8,7 @@ import {
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Logger } from "../shared/logger.js";
 import { statusFromError } from "../shared/rpc-status.js";
+import { runWithTrace, traceFrom } from "../shared/trace-context.js";
 import type { BatchedStore } from "./batched-store.js";
 import { toRpcError } from "./interceptors.js";
 import type { Clock } from "../shared/clock.js";
@@ -79,7 +80,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
   }
 
   /** Runs each item as its own call would run, each with its own result or error. */
-  function eachItem<I extends { clientId: string; authorization: string }, O>(
+  function eachItem<I extends { clientId: string; authorization: string; requestId: string; traceparent: string }, O>(
     procedure: string,
     items: I[],
     one: (clientId: string, item: I) => Promise<O>,
@@ -87,7 +88,10 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     if (items.length > MAX_BATCH_ITEMS) throw invalid(`items must hold at most ${MAX_BATCH_ITEMS} items`);
     return Promise.all(
       items.map((item) =>
-        deps.authenticator.authenticate(item.clientId, item.authorization || null).then((clientId) => one(clientId, item)).then(
+        // Each item in its own request's trace, as its own call would run.
+        runWithTrace(traceFrom(item.traceparent, item.requestId), () =>
+          deps.authenticator.authenticate(item.clientId, item.authorization || null).then((clientId) => one(clientId, item)),
+        ).then(
           (value) => ({ result: { case: "response" as const, value } }),
           (err: unknown) => ({ result: { case: "error" as const, value: statusFromError(toRpcError(err, deps.logger, procedure)) } }),
         ),
