@@ -6,7 +6,7 @@ import { STATUS_CODES } from "node:http";
 import Fastify, { type LogLevel, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type HTTPMethods } from "fastify";
 import type { Logger } from "../services/shared/logger.js";
 import { registerCheckout } from "./checkout/routes.js";
-import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
+import { badRequest, type HttpError, httpErrorOf, INTERNAL, INVALID_JSON, RETRY_AFTER_SECONDS } from "./errors.js";
 import { clientIdRequired } from "../services/shared/rpc-errors.js";
 import type { Clients } from "./clients.js";
 import { hasClientId, registerRest } from "./rest.js";
@@ -29,7 +29,9 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
     },
     requestIdHeader: false,
-    return503OnClosing: true,
+    // A drain serves what reaches it (each answer with Connection: close, so
+    // clients move to another copy) instead of Fastify's own 503 body.
+    return503OnClosing: false,
     // Node caps a request head at 16 KiB, so no id is cut off by the router:
     // a long id is simply a link that does not exist (404, not 414).
     routerOptions: { maxParamLength: 16 * 1024 },
@@ -105,6 +107,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
 
 
 export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
+  if (error.status === 503) reply.header("retry-after", RETRY_AFTER_SECONDS);
   return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
 }
 

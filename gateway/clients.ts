@@ -18,13 +18,18 @@ import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 // Two calls in flight keep the LinkService busy while the gateway prepares
 // the next batch; more only makes the batches smaller.
 const BATCHING = { maxInFlight: 2, maxBatch: 256 };
+// Every call carries a deadline the LinkService honours (grpc-timeout): a
+// dependency that is down answers 503 within 2 s, never a hang (CONTRACT
+// "Timeouts and unavailability"). Payments set their own, longer one.
+export const RPC_DEADLINE_MS = 2_000;
+const READY_DEADLINE_MS = 1_500;
 
 export function createClients(linksUrl: string) {
   // One HTTP/2 session, kept alive with pings, multiplexes every call. It
   // asks for no compression: batches pass 1 KiB, where the server would
   // gzip them on a thread-pool round trip that costs more than it saves on
   // loopback or a LAN.
-  const transport = createLeanGrpcTransport({ baseUrl: linksUrl, pingIntervalMs: 15_000, defaultTimeoutMs: 10_000 });
+  const transport = createLeanGrpcTransport({ baseUrl: linksUrl, pingIntervalMs: 15_000, defaultTimeoutMs: RPC_DEADLINE_MS });
   const links = createClient(LinkService, transport);
   const health = createClient(Health, transport);
 
@@ -48,7 +53,7 @@ export function createClients(linksUrl: string) {
     createLink: (clientId: string, request: CreateLinkRequest) => creates.add({ clientId, request }),
     async ready(): Promise<boolean> {
       try {
-        const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: 2_000 });
+        const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: READY_DEADLINE_MS });
         return res.status === HealthCheckResponse_ServingStatus.SERVING;
       } catch {
         return false;

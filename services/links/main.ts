@@ -16,7 +16,7 @@ await runMain("links", async (config, logger) => {
     throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
   }
   await migrateDb(config.databaseUrl);
-  const { db, close: closeDb } = createDb(config.databaseUrl);
+  const { db, probe: probeDb, close: closeDb } = createDb(config.databaseUrl);
   const clock = systemClock;
 
   const processor = config.env === "test" ? createSandboxProcessor() : undefined;
@@ -44,6 +44,7 @@ await runMain("links", async (config, logger) => {
     onEventsCommitted: relay.kick,
     internalToken: config.internalToken,
     env: config.env,
+    probeDb,
   });
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();

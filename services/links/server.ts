@@ -11,6 +11,7 @@ import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
 import { createBatchedStore } from "./batched-store.js";
+import { createDbGate, gated } from "./db-gate.js";
 import { createDeliveryService } from "./deliveries.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
@@ -38,12 +39,17 @@ export interface LinksServerOptions {
   /** Guards the internal DeliveryService (INTERNAL_TOKEN); see internal-auth.ts for the rule without one. */
   internalToken?: string;
   env?: PaylinkEnv;
+  /** PostgreSQL's reachability on a connection of its own (createDb's probe); default: a query on the pool. */
+  probeDb?: () => Promise<void>;
 }
 
 export async function startLinksServer(opts: LinksServerOptions) {
   const { db, clock, logger } = opts;
   const onEventsCommitted = opts.onEventsCommitted ?? (() => {});
-  const service = createLinkService({
+  // Every handler gives up at its deadline, and at once while PostgreSQL does not answer.
+  const gate = createDbGate({ probe: opts.probeDb ?? (() => ping(db)), logger });
+  gate.start();
+  const service = gated(createLinkService({
     db,
     clock,
     onEventsCommitted,
@@ -58,7 +64,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
       logger,
       onEventsCommitted,
     }),
-  });
+  }), gate);
   const handler = createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
     fallback: connectNodeAdapter({
@@ -66,8 +72,8 @@ export async function startLinksServer(opts: LinksServerOptions) {
       readMaxBytes: READ_MAX_BYTES,
       routes: (router) => {
         router.service(LinkService, service);
-        router.service(DeliveryService, createDeliveryService({ db, clock }));
-        router.service(Health, createHealthService(() => ping(db)));
+        router.service(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
+        router.service(Health, createHealthService(() => gate.run(() => ping(db))));
       },
     }),
     readMaxBytes: READ_MAX_BYTES,
@@ -93,6 +99,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const session of sessions) session.close();
       await closed;
+      gate.close();
     },
   };
 }

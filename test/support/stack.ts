@@ -24,7 +24,7 @@ export async function startStack(opts: StackOptions = {}) {
   const clock = testClock(new Date());
   const processor = env === "test" ? createSandboxProcessor() : undefined;
   const databaseUrl = opts.databaseUrl ?? inject("databaseUrl");
-  const { db, close: closeDb } = createDb(databaseUrl);
+  const { db, probe: probeDb, close: closeDb } = createDb(databaseUrl);
   const links = await startLinksServer({
     db,
     port: 0,
@@ -34,6 +34,7 @@ export async function startStack(opts: StackOptions = {}) {
     processor,
     logger,
     onEventsCommitted: opts.onEventsCommitted,
+    probeDb,
   });
   const linksUrl = `http://127.0.0.1:${links.port}`;
   const gateway = await startGateway({ linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger });
