@@ -35,7 +35,7 @@ export function spawnRole(role: Role, env: Record<string, string>, command: stri
   });
   let output = "";
   const keep = (chunk: Buffer) => {
-    output = (output + chunk.toString()).slice(-20_000);
+    output = (output + chunk.toString()).slice(-8_000_000);
   };
   child.stdout!.on("data", keep);
   child.stderr!.on("data", keep);
@@ -83,7 +83,12 @@ export async function waitReady(url: string, timeoutMs = 20_000): Promise<void> 
 }
 
 /** A LinkService and a gateway as processes on free ports. */
-export async function startServices(opts: { databaseUrl: string; natsUrl?: string; env?: Record<string, string> }) {
+export async function startServices(opts: {
+  databaseUrl: string;
+  natsUrl?: string;
+  env?: Record<string, string>;
+  gatewayEnv?: Record<string, string>;
+}) {
   const linksPort = await freePort();
   const gatewayPort = await freePort();
   const env = {
@@ -106,7 +111,7 @@ export async function startServices(opts: { databaseUrl: string; natsUrl?: strin
       await waitListening(services.links, linksPort);
     },
     async startGateway() {
-      services.gateway = spawnRole("gateway", env);
+      services.gateway = spawnRole("gateway", { ...env, ...opts.gatewayEnv });
       await waitReady(`${services.gatewayUrl}/readyz`);
     },
     async close() {
