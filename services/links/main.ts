@@ -1,6 +1,7 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
 import { systemClock } from "../shared/clock.js";
 import { requireInternalToken } from "../shared/config.js";
+import { DEFAULT_TOPOLOGY } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
@@ -23,7 +24,13 @@ await runMain("links", async (config, logger) => {
   if (!processor) logger.warn("no payment processor is configured: payments will answer 503");
 
   // Publishes outbox events right after each commit; polls only as a fallback.
-  const relay = createRelay({ db, natsUrl: config.natsUrl, clock, logger: logger.child({ component: "relay" }) });
+  const relay = createRelay({
+    db,
+    natsUrl: config.natsUrl,
+    clock,
+    logger: logger.child({ component: "relay" }),
+    topology: { ...DEFAULT_TOPOLOGY, replicas: config.natsStreamReplicas },
+  });
   const sweeper = createSweeper({ db, clock, logger, onEventsCommitted: relay.kick });
   // Publishes again what the broker may have lost: Postgres says what is owed.
   const reconciler = createReconciler({

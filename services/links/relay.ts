@@ -26,7 +26,7 @@ export interface RelayOptions {
   batchSize?: number;
   publishTimeoutMs?: number;
   reconnectWaitMs?: number;
-  topology?: Pick<Topology, "eventStream" | "eventSubjectPrefix">;
+  topology?: Pick<Topology, "eventStream" | "eventSubjectPrefix" | "replicas">;
 }
 
 export interface Relay {

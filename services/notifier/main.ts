@@ -14,6 +14,7 @@ await runMain("notifier", async (config, logger) => {
     retrySchedule: config.webhookRetrySchedule,
     logger,
     port: config.notifierPort,
+    topology: { replicas: config.natsStreamReplicas },
   });
   logger.info(
     { port: notifier.port, env: config.env, natsUrl: config.natsUrl, retrySchedule: config.webhookRetrySchedule },

@@ -7,6 +7,8 @@ export interface Config {
   env: PaylinkEnv;
   databaseUrl: string | undefined;
   natsUrl: string;
+  /** Replicas of the JetStream streams (NATS_STREAM_REPLICAS): 1, or 3 on a cluster. */
+  natsStreamReplicas: number;
   gatewayPort: number;
   linksPort: number;
   notifierPort: number;
@@ -37,6 +39,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     env: paylinkEnv,
     databaseUrl: optional(env, "DATABASE_URL"),
     natsUrl: optional(env, "NATS_URL") ?? "nats://127.0.0.1:4222",
+    natsStreamReplicas: replicas(env, "NATS_STREAM_REPLICAS"),
     gatewayPort,
     linksPort,
     notifierPort: port(env, "NOTIFIER_PORT", 8090),
@@ -51,6 +54,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     internalToken: optional(env, "INTERNAL_TOKEN"),
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
   };
+}
+
+function replicas(env: NodeJS.ProcessEnv, name: string): number {
+  const raw = optional(env, name) ?? "1";
+  if (!/^[1-5]$/.test(raw)) throw new ConfigError(`${name} must be a number of replicas from 1 to 5; got "${raw}"`);
+  return Number(raw);
 }
 
 function optional(env: NodeJS.ProcessEnv, name: string): string | undefined {
