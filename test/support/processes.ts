@@ -1,7 +1,8 @@
 // The three processes as separate OS processes, started by their production
 // command line (node dist/...), so tests can SIGTERM and kill -9 them for
 // real. The global setup builds dist/ when the sources are newer.
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -126,3 +127,21 @@ export async function startServices(opts: {
   await services.startGateway();
   return services;
 }
+
+function newestSource(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(full));
+    else newest = Math.max(newest, statSync(full).mtimeMs);
+  }
+  return newest;
+}
+
+export function buildWhenStale() {
+  const stamp = path.join(ROOT, "dist", "gateway", "main.js");
+  const sources = Math.max(...["services", "gateway", "proto/gen"].map((dir) => newestSource(path.join(ROOT, dir))));
+  if (existsSync(stamp) && statSync(stamp).mtimeMs >= sources) return;
+  execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: "inherit" });
+}
+
