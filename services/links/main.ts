@@ -5,6 +5,7 @@ import { DEFAULT_TOPOLOGY } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
+import { survivePostgresDriverBug } from "./driver-guard.js";
 import { createSandboxProcessor } from "./processor.js";
 import { createReconciler } from "./reconciler.js";
 import { createRelay } from "./relay.js";
@@ -12,6 +13,7 @@ import { startLinksServer } from "./server.js";
 import { createSweeper } from "./sweeper.js";
 
 await runMain("links", async (config, logger) => {
+  survivePostgresDriverBug(logger);
   requireInternalToken(config);
   if (!config.databaseUrl) {
     throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");

@@ -117,26 +117,25 @@ function postgresOutage(kind: "stopped" | "crashed" | "frozen"): Experiment {
         else d.pg.freeze();
         const outageStarted = performance.now();
         await sleep(short ? 3_000 : 10_000);
-        let back: number;
-        if (kind === "frozen") {
-          d.pg.thaw();
-          back = performance.now();
-        } else {
-          await d.pg.start();
-          back = performance.now();
-        }
+        // Until PostgreSQL is asked to come back, every answer is a prompt 503.
+        const restarting = performance.now();
+        if (kind === "frozen") d.pg.thaw();
+        else await d.pg.start(); // returns once PostgreSQL answers a fresh connection
+        const back = performance.now();
         await sleep(3_000);
         await load.stop();
         const ready = await fetch(`${d.gatewayUrl()}/readyz`).then((r) => r.status);
         const created = await checkCreates(d, `faults-pg-${kind}`, load);
         // Answers that began a moment after the outage began must be prompt 503s.
-        const during = load.answers.filter((a) => a.at > outageStarted + 100 && a.at < back);
+        const during = load.answers.filter((a) => a.at > outageStarted + 100 && a.at + a.ms < restarting);
         const judged = judgeAnswers(load.answers.filter((a) => a.at > outageStarted), BOUND_MS);
         const failures = [...judged.failures];
-        if (during.some((a) => a.status !== 503)) failures.push("an answer during the outage was not 503");
+        const not503 = during.filter((a) => a.status !== 503);
+        if (not503.length) failures.push(`answers during the outage were not 503: ${not503.map((a) => `${a.status} ${a.body}`).slice(0, 3).join(", ")}`);
         const recoveryMs = recoveryAfter(load.answers, back);
         if (recoveryMs === undefined || recoveryMs > BOUND_MS) failures.push(`creates came back after ${recoveryMs} ms`);
         if (ready !== 200) failures.push(`/readyz answered ${ready} after recovery`);
+        if (d.procs.links[0]?.child.exitCode !== null) failures.push(`the LinkService exited: ${d.procs.links[0]?.output().slice(-1500)}`);
         return row(name, { ...created, clientErrors: judged.clientErrors, recoveryMs, failures });
       }),
   };
