@@ -126,8 +126,11 @@ export async function deploy(opts: { copies?: number; cluster?: boolean; receive
       const proc = spawnRole(role, own);
       procs[role][i] = proc;
       if (role === "links") await waitFor(() => canConnect(ports.links[i]!), 30_000, () => proc.output());
-      if (role === "gateway") await waitReady(`${d.gatewayUrl(i)}/readyz`, 30_000);
-      if (role === "notifier") await waitReady(`http://127.0.0.1:${ports.notifier[i]}/readyz`, 30_000);
+      const explain = (err: unknown) => {
+        throw new Error(`${role} ${i} never became ready: ${String(err)}\n${proc.output().slice(-3000)}`);
+      };
+      if (role === "gateway") await waitReady(`${d.gatewayUrl(i)}/readyz`, 30_000).catch(explain);
+      if (role === "notifier") await waitReady(`http://127.0.0.1:${ports.notifier[i]}/readyz`, 30_000).catch(explain);
     },
     async stop(role, i, signal) {
       const proc = procs[role][i];
