@@ -184,8 +184,8 @@ function killNotifierMidDelivery(): Experiment {
   return {
     name,
     run: (short) =>
-      withDeployment({ receiverDelayMs: 300 }, async (d) => {
-        const ids = await makeLinks(d, short ? 40 : 150, "faults-notifier");
+      withDeployment({ receiverDelayMs: 1_500 }, async (d) => {
+        const ids = await makeLinks(d, short ? 150 : 400, "faults-notifier");
         const outcomes = await payAll(d, ids, { spreadMs: 500 });
         await sleep(400);
         await d.stop("notifier", 0, "SIGKILL");
