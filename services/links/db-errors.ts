@@ -23,6 +23,11 @@ const DRIVER_CODES = new Set([
 // starting (57P01-57P03), and a statement cut by statement_timeout (57014).
 const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53300)$/;
 
+/** PostgreSQL gave no answer in time: as unreachable as a refused connection. */
+export class DatabaseTimeout extends Error {
+  readonly code = "ETIMEDOUT";
+}
+
 export const databaseUnavailable = (cause?: unknown) =>
   new ConnectError("the database is unavailable", Code.Unavailable, undefined, undefined, cause);
 

@@ -3,11 +3,13 @@
 // PROBE_EVERY_MS; when it does not answer within PROBE_TIMEOUT_MS the gate
 // closes: calls waiting on the database give up at once with UNAVAILABLE, and
 // new ones are refused before they queue. The first answer opens it again.
+// Only silence or a lost connection closes it: a server that answers with an
+// error (a database that does not exist) is reachable, and calls meet it.
 // Every call also gives up at its own deadline (ctx.signal), so no caller
 // waits on a frozen or restarting server longer than it asked to.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../shared/logger.js";
-import { databaseUnavailable, isDatabaseUnavailable } from "./db-errors.js";
+import { DatabaseTimeout, databaseUnavailable, isDatabaseUnavailable } from "./db-errors.js";
 
 const PROBE_EVERY_MS = 250;
 const PROBE_TIMEOUT_MS = 1_000;
@@ -32,12 +34,15 @@ export function createDbGate(opts: DbGateOptions) {
   async function probeOnce(): Promise<boolean> {
     let bound: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_, reject) => {
-      bound = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      bound = setTimeout(() => reject(new DatabaseTimeout(`no answer within ${timeoutMs} ms`)), timeoutMs);
     });
     try {
       await Promise.race([opts.probe(), timedOut]);
       return true;
     } catch (err) {
+      // PostgreSQL answered with an error (a database that does not exist, say):
+      // it is reachable, and calls fail on their own with what is wrong.
+      if (!isDatabaseUnavailable(err)) return true;
       if (available) opts.logger.warn({ err }, "PostgreSQL does not answer: failing calls fast until it does");
       return false;
     } finally {

@@ -2,6 +2,7 @@
 // with real work must never look like a dead server, and a probe stuck on a
 // half-dead connection is dropped with its connection, not queued behind.
 import postgres from "postgres";
+import { DatabaseTimeout } from "./db-errors.js";
 
 export function createDbProbe(url: string, timeoutMs = 1_000) {
   const open = () => postgres(url, { max: 1, connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)), onnotice: () => {} });
@@ -18,7 +19,7 @@ export function createDbProbe(url: string, timeoutMs = 1_000) {
               // A server that does not answer keeps this connection busy: start afresh next time.
               if (sql === current) sql = open();
               void current.end({ timeout: 0 }).catch(() => {});
-              reject(new Error(`PostgreSQL did not answer within ${timeoutMs} ms`));
+              reject(new DatabaseTimeout(`PostgreSQL did not answer within ${timeoutMs} ms`));
             }, timeoutMs);
           }),
         ]);

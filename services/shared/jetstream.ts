@@ -120,7 +120,8 @@ async function ensureStream(jsm: JetStreamManager, replicas = 1, config: Partial
  * operator, or another NATS_STREAM_REPLICAS): what JetStream can change in
  * place (replicas, age, duplicate window, subjects) is brought to this
  * release's values; storage or retention cannot be, and is refused, naming
- * the setting.
+ * the setting. Limits this release does not set (max_msgs, discard) stay as
+ * an operator set them.
  */
 async function reconcileStream(jsm: JetStreamManager, existing: StreamConfig, wanted: Partial<StreamConfig> & { name: string }) {
   for (const fixed of ["storage", "retention"] as const) {
@@ -131,7 +132,7 @@ async function reconcileStream(jsm: JetStreamManager, existing: StreamConfig, wa
       );
     }
   }
-  const changes = (["num_replicas", "max_age", "duplicate_window", "discard"] as const).filter(
+  const changes = (["num_replicas", "max_age", "duplicate_window"] as const).filter(
     (key) => wanted[key] !== undefined && existing[key] !== wanted[key],
   );
   const subjects = [...new Set([...(existing.subjects ?? []), ...(wanted.subjects ?? [])])];
