@@ -241,12 +241,13 @@ function natsDownUnderPays(): Experiment {
 }
 
 function clusterKills(): Experiment {
-  const name = "2x2x2 on 3-node R3 cluster, kill -9 one of each + stream leader";
+  const name = "2x2x2 on 3-node R3 cluster, racing pays, 1,000 links expiring at one instant, kill -9 one of each + stream leader";
   return {
     name,
     run: (short) =>
       withDeployment({ copies: 2, cluster: true }, async (d) => {
         const ids = await makeLinks(d, short ? 80 : 300, "faults-cluster");
+        const expiring = await expireTogether(d, 1_000, 4_000);
         // Racing pays: every customer's retries alternate between the gateways.
         const paying = payAll(d, ids, { spreadMs: short ? 3_000 : 8_000, split: true });
         await sleep(800);
@@ -266,6 +267,7 @@ function clusterKills(): Experiment {
         const paid = outcomes.filter((o) => o.final.status === 200).map((o) => o.linkId);
         const hooks = await checkWebhooks(d, paid, WEBHOOKS_AFTER_NOTIFIER_KILL_MS);
         const judged = judgeAnswers(outcomes.flatMap((o) => o.answers));
+        const expiry = await expiryOutcome(d, expiring);
         const firstAfter = d.receiver.received.filter((r) => r.at > killedAt).sort((a, b) => a.at - b.at)[0];
         return row(name, {
           acknowledged: pays.acknowledged,
@@ -278,11 +280,41 @@ function clusterKills(): Experiment {
             ...pays.failures,
             ...judged.failures,
             ...(pays.acknowledged < ids.length ? [`${ids.length - pays.acknowledged} customers never paid`] : []),
+            ...expiry.failures,
             ...(hooks.missing ? [`${hooks.missing} webhooks never arrived`] : []),
           ],
         });
       }),
   };
+}
+
+/** `count` links of one client that all expire at the same instant, `inMs` from now (written directly: the API's minimum is 60 s). */
+async function expireTogether(d: Deployment, count: number, inMs: number) {
+  const { newLinkId } = await import("../../services/shared/ids.js");
+  const now = new Date();
+  const at = new Date(now.getTime() + inMs);
+  const ids = Array.from({ length: count }, () => newLinkId());
+  await d.sql`
+    insert into links (id, client_id, status, data, metadata, expires_at, created_at, updated_at)
+    select id, 'faults-expiry', 'created', '{"amount":{"value":100,"currency":"USD"},"description":"x"}'::jsonb, '{}'::jsonb,
+           ${at.toISOString()}::timestamptz, ${now.toISOString()}::timestamptz, ${now.toISOString()}::timestamptz
+    from unnest(${ids}::text[]) as id`;
+  return { ids, at };
+}
+
+/** Every one expired exactly once: one link.expired event each, whichever LinkService swept it. */
+async function expiryOutcome(d: Deployment, expiring: { ids: string[]; at: Date }) {
+  const failures: string[] = [];
+  const count = async () =>
+    Number((await d.sql<{ n: string }[]>`select count(*) as n from links where client_id = 'faults-expiry' and status = 'expired'`)[0]!.n);
+  const until = Date.now() + 30_000;
+  while ((await count()) < expiring.ids.length && Date.now() < until) await sleep(200);
+  const expired = await count();
+  if (expired !== expiring.ids.length) failures.push(`${expiring.ids.length - expired} links never recorded expired`);
+  const [events] = await d.sql<{ n: string }[]>`
+    select count(*) as n from outbox where subject like '%link.expired' and created_at >= ${expiring.at.toISOString()}::timestamptz`;
+  if (Number(events!.n) !== expiring.ids.length) failures.push(`${events!.n} link.expired events for ${expiring.ids.length} links`);
+  return { failures };
 }
 
 async function streamLeader(d: Deployment): Promise<string | undefined> {
