@@ -20,8 +20,9 @@ import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 const BATCHING = { maxInFlight: 2, maxBatch: 256 };
 // Every call carries a deadline the LinkService honours (grpc-timeout): a
 // dependency that is down answers 503 within 2 s, never a hang (CONTRACT
-// "Timeouts and unavailability"). Payments set their own, longer one.
-export const RPC_DEADLINE_MS = 2_000;
+// "Timeouts and unavailability"); 1.8 s leaves room for the answer's way
+// back. Payments set their own, longer one.
+export const RPC_DEADLINE_MS = 1_800;
 const READY_DEADLINE_MS = 1_500;
 
 export function createClients(linksUrl: string) {
