@@ -187,6 +187,9 @@ describe("SIGTERM under load", () => {
     });
     try {
       await waitReady(`http://127.0.0.1:${notifierPort}/readyz`);
+      // Readiness says what it rests on: the NATS connection and the consumer.
+      const ready = await fetch(`http://127.0.0.1:${notifierPort}/readyz`).then((r) => r.json());
+      expect(ready).toEqual({ status: "ready", nats: "connected", consumer: "consuming" });
       const links: string[] = [];
       for (let i = 0; i < 20; i++) {
         const res = await fetch(`${services.gatewayUrl}/v1/links`, {

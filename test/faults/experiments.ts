@@ -23,7 +23,9 @@ export interface Experiment {
 
 /** Fail-fast bound of CONTRACT "Timeouts and unavailability". */
 const BOUND_MS = 2_000;
-/** A notifier resumes within 5 s; a killed one's started attempts wait out ack_wait and their lease. */
+/** A notifier resumes within 5 s of losing NATS or a node (the first webhook after it comes back, or after the kill). */
+const RESUME_MS = 5_000;
+/** A killed notifier's started attempts wait out ack_wait and their lease. */
 const WEBHOOKS_WITHIN_MS = 30_000;
 const WEBHOOKS_AFTER_NOTIFIER_KILL_MS = 100_000;
 
@@ -234,7 +236,12 @@ function natsDownUnderPays(): Experiment {
           duplicates: pays.duplicates,
           clientErrors: judged.clientErrors,
           recoveryMs: first ? first.at - back : undefined,
-          failures: [...pays.failures, ...judged.failures, ...(hooks.missing ? [`${hooks.missing} webhooks never arrived`] : [])],
+          failures: [
+            ...pays.failures,
+            ...judged.failures,
+            ...(hooks.missing ? [`${hooks.missing} webhooks never arrived`] : []),
+            ...(!first || first.at - back > RESUME_MS ? [`webhooks resumed ${first ? Math.round(first.at - back) : "never"} ms after NATS came back`] : []),
+          ],
         });
       }),
   };
@@ -281,6 +288,9 @@ function clusterKills(): Experiment {
             ...judged.failures,
             ...(pays.acknowledged < ids.length ? [`${ids.length - pays.acknowledged} customers never paid`] : []),
             ...expiry.failures,
+            ...(!firstAfter || firstAfter.at - killedAt > RESUME_MS
+              ? [`webhooks resumed ${firstAfter ? Math.round(firstAfter.at - killedAt) : "never"} ms after the kills`]
+              : []),
             ...(hooks.missing ? [`${hooks.missing} webhooks never arrived`] : []),
           ],
         });
