@@ -26,8 +26,10 @@ export function createDbGate(opts: DbGateOptions) {
   const every = opts.probeEveryMs ?? PROBE_EVERY_MS;
   const timeoutMs = opts.probeTimeoutMs ?? PROBE_TIMEOUT_MS;
   let available = true;
-  // Aborted when the gate closes; a fresh one each time it opens.
-  let lost = new AbortController();
+  // Calls waiting on the database, each told at once when the gate closes.
+  // A Set, not an AbortSignal: thousands of concurrent calls would each add
+  // a listener to one EventTarget, which costs more on the hot path.
+  const waiting = new Set<() => void>();
   let timer: NodeJS.Timeout | undefined;
   let running = false;
 
@@ -54,11 +56,10 @@ export function createDbGate(opts: DbGateOptions) {
     const ok = await probeOnce();
     if (ok && !available) {
       available = true;
-      lost = new AbortController();
       opts.logger.info("PostgreSQL answers again");
     } else if (!ok && available) {
       available = false;
-      lost.abort();
+      for (const giveUp of [...waiting]) giveUp();
     }
     if (running) timer = setTimeout(tick, every);
   }
@@ -85,7 +86,6 @@ export function createDbGate(opts: DbGateOptions) {
     run<T>(work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
       if (!available) return Promise.reject(databaseUnavailable());
       if (signal?.aborted) return Promise.reject(deadlineError(signal));
-      const gone = lost.signal;
       return new Promise<T>((resolve, reject) => {
         const onLost = () => settle(() => reject(databaseUnavailable()));
         const onAbort = () => settle(() => reject(deadlineError(signal!)));
@@ -93,11 +93,11 @@ export function createDbGate(opts: DbGateOptions) {
         function settle(fn: () => void) {
           if (settled) return;
           settled = true;
-          gone.removeEventListener("abort", onLost);
+          waiting.delete(onLost);
           signal?.removeEventListener("abort", onAbort);
           fn();
         }
-        gone.addEventListener("abort", onLost);
+        waiting.add(onLost);
         signal?.addEventListener("abort", onAbort);
         work().then(
           (value) => settle(() => resolve(value)),
