@@ -1,12 +1,28 @@
-# One image for the three processes; docker-compose.yml picks the npm script.
-FROM node:20-bookworm-slim
+# One image for the three processes; docker-compose.yml picks the entry.
+# The build stage compiles TypeScript to dist/ with the dev dependencies; the
+# runtime stage holds only dist/ and the production dependencies, and runs
+# `node dist/...` directly: no npm and no tsx between a signal and the
+# process, so SIGTERM reaches it and it drains (compose adds an init as PID 1).
+
+FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund
-COPY tsconfig.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
 COPY proto ./proto
 COPY services ./services
 COPY gateway ./gateway
+RUN npm run build && npm prune --omit=dev --no-audit --no-fund
+
+FROM node:20-bookworm-slim
+WORKDIR /app
+ENV NODE_ENV=production
+# 8 MB semi-spaces instead of 16: less RSS under load for no measurable CPU (README, Performance).
+ENV NODE_OPTIONS=--max-semi-space-size=8
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
 USER node
 EXPOSE 8080 50051 8090
-CMD ["npm", "run", "start:gateway"]
+STOPSIGNAL SIGTERM
+CMD ["node", "dist/gateway/main.js"]

@@ -49,7 +49,9 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // The same names on every process's log lines: requestId and traceId.
     logController: new LogController({ requestIdLogLabel: "requestId" }),
     childLoggerFactory: tracedChildLogger as never,
-    return503OnClosing: true,
+    // A drain serves what reaches it (each answer with Connection: close, so
+    // clients move to another copy) instead of Fastify's own 503 body.
+    return503OnClosing: false,
     // Node caps a request head at 16 KiB, so no id is cut off by the router:
     // a long id is simply a link that does not exist (404, not 414).
     routerOptions: { maxParamLength: 16 * 1024 },

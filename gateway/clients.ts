@@ -18,8 +18,13 @@ import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 // Two calls in flight keep the LinkService busy while the gateway prepares
 // the next batch; more only makes the batches smaller.
 const BATCHING = { maxInFlight: 2, maxBatch: 256 };
-// How long a request may take, queueing for its batch included.
-const RPC_DEADLINE_MS = 10_000;
+// Every call carries a deadline the LinkService honours (grpc-timeout): a
+// dependency that is down answers 503 within 2 s, never a hang (CONTRACT
+// "Timeouts and unavailability"); 1.8 s leaves room for the answer's way
+// back, and a batched request counts it from when it queued. Payments set
+// their own, longer one.
+export const RPC_DEADLINE_MS = 1_800;
+const READY_DEADLINE_MS = 1_500;
 
 /** Who a call speaks for: a batch item carries it as fields, a single call as headers. */
 export interface Caller {
@@ -67,7 +72,7 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
     createLink: (caller: Caller, request: CreateLinkRequest) => creates.add({ value: { caller, request }, deadline: due() }),
     async ready(): Promise<boolean> {
       try {
-        const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: 2_000 });
+        const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: READY_DEADLINE_MS });
         return res.status === HealthCheckResponse_ServingStatus.SERVING;
       } catch {
         return false;

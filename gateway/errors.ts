@@ -41,6 +41,8 @@ const BY_CODE: Partial<Record<Code, number>> = {
 
 export const INTERNAL: HttpError = { status: 500, message: "Internal server error" };
 export const UNAVAILABLE: HttpError = { status: 503, message: "Service unavailable" };
+/** Every 503 carries it: a dependency that is down is usually back within seconds. */
+export const RETRY_AFTER_SECONDS = "1";
 export const INVALID_JSON = "Invalid JSON data";
 
 // Fastify's own client errors, in the contract's words.

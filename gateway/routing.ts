@@ -2,13 +2,14 @@
 // handlers with 405 and Allow for every other method.
 import { METHODS } from "node:http";
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, HTTPMethods, LogLevel, RouteOptions } from "fastify";
-import type { HttpError } from "./errors.js";
+import { type HttpError, RETRY_AFTER_SECONDS } from "./errors.js";
 
 /** Every method Node's parser accepts but CONNECT (which never reaches a route). */
 export const ALL_METHODS = METHODS.filter((m) => m !== "CONNECT");
 
 export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
   if (error.headers) reply.headers(error.headers);
+  if (error.status === 503) reply.header("retry-after", RETRY_AFTER_SECONDS);
   return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
 }
 

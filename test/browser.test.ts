@@ -196,3 +196,34 @@ it("shows the 410 page for an expired link and the 404 page for an unknown one",
   expect(await page.getByRole("heading", { level: 2 }).innerText()).toBe("Payment link not found");
   await close();
 });
+
+it("retries one attempt with one Idempotency-Key when the answer is lost or 503, and shows the payment it made", async () => {
+  const link = await createLink({ description: "Order #2001" });
+  const { page, problems, close } = await newPage();
+  const keys: string[] = [];
+  let tries = 0;
+  await page.route("**/pay", async (route) => {
+    keys.push(route.request().headers()["idempotency-key"] ?? "");
+    tries++;
+    if (tries === 1) {
+      // The payment is made, but its answer never reaches the customer.
+      await route.fetch({ url: `${stack.gatewayUrl}${new URL(route.request().url()).pathname}` });
+      return route.abort("failed");
+    }
+    if (tries === 2) {
+      return route.fulfill({ status: 503, contentType: "application/json", headers: { "retry-after": "1" }, body: '{"error":"Service unavailable"}' });
+    }
+    return route.continue();
+  });
+  await page.goto(link.url);
+  await page.getByLabel("Bank transfer").check();
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 15_000 }).toBe(true);
+  expect(tries).toBe(3);
+  expect(new Set(keys).size).toBe(1);
+  expect(keys[0]).toMatch(/^[\w-]{16,}$/);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  expect(problems).toEqual([]);
+  await close();
+});

@@ -2,6 +2,7 @@
 import type { FastifyReply } from "fastify";
 import { CONTENT_SECURITY_POLICY, SCRIPT, STYLE } from "./assets.js";
 import { type Html, html, raw } from "./html.js";
+import { RETRY_AFTER_SECONDS } from "../errors.js";
 
 export function documentOf(title: string, body: Html, opts: { script: boolean }): string {
   return html`<!doctype html>
@@ -29,6 +30,7 @@ ${opts.script ? html`<script>${raw(SCRIPT)}</script>` : ""}
  * the link itself, to the merchant's site in a Referer.
  */
 export function sendPage(reply: FastifyReply, status: number, page: string): FastifyReply {
+  if (status === 503) reply.header("retry-after", RETRY_AFTER_SECONDS);
   return reply
     .code(status)
     .header("content-type", "text/html; charset=utf-8")

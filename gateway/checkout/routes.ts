@@ -47,9 +47,13 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
       // Set first, so error answers are not cached either.
       reply.header("cache-control", "no-store");
       const request = paymentRequestFromJson(idOf(req), req.body);
+      // CONTRACT "Retrying a payment": the LinkService checks and keeps it.
+      const key = req.headers["idempotency-key"];
+      if (typeof key === "string") request.idempotencyKey = key;
       // Longer than other calls: the processor's round trip is inside it,
       // and a customer told "try again" must not have been charged meanwhile.
       const res = await links.completePayment(request, { timeoutMs: 30_000, headers: forwardTrace(req) });
+      if (res.replayed) reply.header("idempotent-replayed", "true");
       return reply.send(paymentResultToJson(res));
     },
   }, { ...limitFor(rateLimitPay), schema: ROUTE_SCHEMAS.pay });

@@ -20,6 +20,11 @@ const KEY_TTL_MS = 24 * 3_600_000;
 // A first request that has held its key this long died before answering;
 // its key is free again.
 const ABANDONED_MS = 5 * 60_000;
+// A first request's work transaction holds the key's advisory lock; a claim
+// this old whose lock nobody holds belongs to a request that died (its
+// LinkService was killed, its connection lost): the work rolled back, and a
+// retry takes the key over at once instead of hearing "in progress".
+const ORPHANED_MS = 1_000;
 
 type Work = (tx: Executor) => Promise<CreateLinkResponse>;
 
@@ -41,6 +46,7 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
         if (await store.claimKey(db, ref, requestHash, now)) {
           try {
             return await db.transaction(async (tx) => {
+              await store.holdKeyLock(tx, ref);
               const res = await work(tx);
               // Only while the key is still ours: a first request slow enough to
               // be taken for abandoned must not overwrite its successor's answer.
@@ -57,7 +63,8 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
         const held = await store.findKey(db, ref);
         if (!held) continue; // released between our claim and this read
         const age = now.getTime() - held.createdAt.getTime();
-        if (age >= KEY_TTL_MS || (held.response === null && age >= ABANDONED_MS)) {
+        const orphaned = async () => age >= ORPHANED_MS && (await store.keyLockIsFree(db, ref));
+        if (age >= KEY_TTL_MS || (held.response === null && (age >= ABANDONED_MS || (await orphaned())))) {
           await store.dropKey(db, ref, held.createdAt, age < KEY_TTL_MS);
           continue;
         }

@@ -1,5 +1,6 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../shared/logger.js";
+import { databaseUnavailable, isDatabaseUnavailable } from "./db-errors.js";
 
 /**
  * Errors the handlers meant to send pass through; anything else is logged
@@ -19,6 +20,8 @@ export function errorBoundary(logger: Logger): Interceptor {
 /** The boundary for one error: a batch applies it to each item's. */
 export function toRpcError(err: unknown, logger: Logger, procedure: string): ConnectError {
   if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) return err;
+  // PostgreSQL down, restarting or cut off: not our fault, and worth a retry.
+  if (isDatabaseUnavailable(err)) return databaseUnavailable(err);
   logger.error({ err, procedure }, "unexpected error");
   return new ConnectError("Internal server error", Code.Internal);
 }

@@ -6,6 +6,7 @@ import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
 import { createLinksMetrics } from "./metrics.js";
+import { survivePostgresDriverBug } from "./driver-guard.js";
 import { createSandboxProcessor } from "./processor.js";
 import { createReconciler } from "./reconciler.js";
 import { createRelay } from "./relay.js";
@@ -13,12 +14,13 @@ import { startLinksServer } from "./server.js";
 import { createSweeper } from "./sweeper.js";
 
 await runMain("links", async (config, logger) => {
+  survivePostgresDriverBug(logger);
   requireInternalToken(config);
   if (!config.databaseUrl) {
     throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
   }
   await migrateDb(config.databaseUrl);
-  const { db, close: closeDb } = createDb(config.databaseUrl);
+  const { db, probe: probeDb, close: closeDb } = createDb(config.databaseUrl);
   const clock = systemClock;
   const metrics = createLinksMetrics({ db, clock });
 
@@ -58,6 +60,7 @@ await runMain("links", async (config, logger) => {
     adminToken: config.adminToken,
     metrics,
     metricsPort: config.linksMetricsPort,
+    probeDb,
   });
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();

@@ -27,6 +27,7 @@ import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
 import { newDelivery } from "./deliveries.js";
 import { enqueue, newEvent } from "./outbox.js";
+import { paymentKeyOf, replayPayment, savePaymentAnswer } from "./payment-keys.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
 import { dataFromRow, statusAt } from "./records.js";
 import * as store from "./store.js";
@@ -55,6 +56,10 @@ export function createPayments(deps: PaymentsDeps): Payments {
     async complete(req) {
       const method = methodName(req.paymentMethod);
       if (!method) throw invalid("payment_method must be one of card, bank_transfer");
+      // A retry of an attempt that paid the link: its answer, not a 409 (nor a
+      // 429 from failures that came before it).
+      const replay = await replayPayment(db, req);
+      if (replay) return replay;
       await attempts.assertOpen(req.linkId);
       const card: CardInput | undefined =
         method === "card" ? await attempts.counting(req.linkId, () => validateCard(req.card, clock)) : undefined;
@@ -62,7 +67,12 @@ export function createPayments(deps: PaymentsDeps): Payments {
       const row = await store.findLink(db, req.linkId);
       if (!row) throw linkNotFound();
       const refused = linkStateError(statusAt(row, clock.now()));
-      if (refused) throw refused;
+      if (refused) {
+        // Paid meanwhile by a concurrent try of this very attempt: its answer is ours.
+        const earlier = await lostTo(req);
+        if (earlier) return earlier;
+        throw refused;
+      }
       const data = dataFromRow(row);
       if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
         throw invalid(`payment_method ${method} is not accepted for this link`);
@@ -81,6 +91,12 @@ export function createPayments(deps: PaymentsDeps): Payments {
       if (!auth.approved) throw await attempts.failed(row.id, cardDeclined());
 
       const paymentId = newPaymentId();
+      const answer = create(CompletePaymentResponseSchema, {
+        linkId: row.id,
+        paymentId,
+        transactionId: auth.transactionId,
+        redirectUrl: data.redirectUrl ? withIds(data.redirectUrl, row.id, paymentId) : undefined,
+      });
       let txid: string | undefined;
       let won: boolean;
       try {
@@ -110,6 +126,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
           });
           await store.insertDelivery(tx, newDelivery({ ...completed, id: event.id }, row, now));
           await enqueue(tx, [event], now);
+          await savePaymentAnswer(tx, req, answer, now);
           return true;
         });
       } catch (err) {
@@ -117,6 +134,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
         // two attempts ever got past markUsed: this one surely lost.
         if (isUniqueViolation(err)) {
           await voidQuietly(processor, auth.authorizationId, deps.logger);
+          const earlier = await lostTo(req);
+          if (earlier) return earlier;
           throw linkUsed();
         }
         // A connection lost during COMMIT may still have committed: ask
@@ -133,6 +152,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
 
       if (!won) {
         await voidQuietly(processor, auth.authorizationId, deps.logger);
+        // Lost to an earlier try of this very attempt (same key): its answer is ours.
+        const earlier = await lostTo(req);
+        if (earlier) return earlier;
         // The transition found the link no longer live: it is used or expired now.
         const current = (await store.findLink(db, row.id))!;
         throw linkStateError(statusAt(current, clock.now())) ?? linkUsed();
@@ -146,14 +168,14 @@ export function createPayments(deps: PaymentsDeps): Payments {
         deps.logger.warn({ err, paymentId, linkId: row.id }, "capture failed; the capture job will retry it"),
       );
       await Promise.race([capture.catch(() => {}), new Promise((resolve) => setTimeout(resolve, CAPTURE_WAIT_MS).unref())]);
-      return create(CompletePaymentResponseSchema, {
-        linkId: row.id,
-        paymentId,
-        transactionId: auth.transactionId,
-        redirectUrl: data.redirectUrl ? withIds(data.redirectUrl, row.id, paymentId) : undefined,
-      });
+      return answer;
     },
   };
+
+  /** The winning answer when the attempt that beat this one had the same key. */
+  async function lostTo(req: CompletePaymentRequest): Promise<CompletePaymentResponse | undefined> {
+    return paymentKeyOf(req) === undefined ? undefined : replayPayment(db, req);
+  }
 }
 
 function withIds(redirectUrl: string, linkId: string, paymentId: string): string {

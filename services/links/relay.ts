@@ -51,7 +51,9 @@ export function createRelay(opts: RelayOptions): Relay {
   const retentionMs = opts.retentionMs ?? 86_400_000;
   const cleanupIntervalMs = opts.cleanupIntervalMs ?? 60_000;
   const batchSize = opts.batchSize ?? 100;
-  const publishTimeoutMs = opts.publishTimeoutMs ?? 5000;
+  // Short: while a cluster elects a new stream leader, a publish waits for
+  // nothing; the row stays in the outbox and the next poll tries again.
+  const publishTimeoutMs = opts.publishTimeoutMs ?? 2000;
   const topology = opts.topology ?? DEFAULT_TOPOLOGY;
 
   let nc: NatsConnection | undefined;

@@ -17,6 +17,7 @@ import { adminGuard, createAdminService } from "./admin.js";
 import { authenticateCall, authenticateCallers, createAuthenticator, requestContextValues } from "./auth.js";
 import type { Db } from "./db.js";
 import { createBatchedStore } from "./batched-store.js";
+import { createDbGate, gated } from "./db-gate.js";
 import { createDeliveryService } from "./deliveries.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
@@ -55,6 +56,8 @@ export interface LinksServerOptions {
   metrics?: LinksMetrics;
   /** LINKS_METRICS_PORT: /metrics listens there, apart from the RPC port; none when absent. */
   metricsPort?: number;
+  /** PostgreSQL's reachability on a connection of its own (createDb's probe); default: a query on the pool. */
+  probeDb?: () => Promise<void>;
 }
 
 /** A larger message is refused before it is decoded (RESOURCE_EXHAUSTED). */
@@ -66,7 +69,10 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const env = opts.env ?? "test";
   const metrics = opts.metrics ?? createLinksMetrics({ db, clock });
   const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id" });
-  const service = createLinkService({
+  // Every handler gives up at its deadline, and at once while PostgreSQL does not answer.
+  const gate = createDbGate({ probe: opts.probeDb ?? (() => ping(db)), logger });
+  gate.start();
+  const service = gated(createLinkService({
     db,
     clock,
     authenticator,
@@ -84,7 +90,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
         onEventsCommitted,
       }),
     ),
-  });
+  }), gate);
   const handler = metrics.measure(createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
     // The fast path runs no interceptors: it asks the same authentication.
@@ -101,9 +107,9 @@ export async function startLinksServer(opts: LinksServerOptions) {
       ],
       routes: (router) => {
         router.service(LinkService, service);
-        router.service(DeliveryService, createDeliveryService({ db, clock }));
+        router.service(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
         router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
-        router.service(Health, createHealthService(() => ping(db)));
+        router.service(Health, createHealthService(() => gate.run(() => ping(db))));
         // Streaming, so never on the fast path; open to any caller, as grpc's own is.
         const reflection = createReflection([LinkService, AdminService, DeliveryService, Health]);
         router.service(ReflectionV1, reflection.v1);
@@ -157,6 +163,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
       for (const session of sessions) session.close();
       await closed;
       await metricsServer?.close();
+      gate.close();
     },
   };
 }

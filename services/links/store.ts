@@ -198,6 +198,21 @@ export async function claimKey(db: Executor, ref: KeyRef, requestHash: string, a
   return claimed.length > 0;
 }
 
+const keyLock = (ref: KeyRef) => sql`hashtextextended(${ref.clientId} || chr(31) || ${ref.key}, 0)`;
+
+/** Held by the transaction doing a key's work, until it commits or dies with its connection. */
+export async function holdKeyLock(tx: Executor, ref: KeyRef): Promise<void> {
+  await tx.execute(sql`SELECT pg_advisory_xact_lock(${keyLock(ref)})`);
+}
+
+/** True when no live transaction holds the key's lock: its first request died. */
+export async function keyLockIsFree(db: Db, ref: KeyRef): Promise<boolean> {
+  return db.transaction(async (tx) => {
+    const [row] = await tx.execute<{ free: boolean }>(sql`SELECT pg_try_advisory_xact_lock(${keyLock(ref)}) AS free`);
+    return row!.free;
+  });
+}
+
 export async function findKey(db: Executor, ref: KeyRef) {
   const [row] = await db.select().from(idempotencyKeys).where(keyIs(ref));
   return row;

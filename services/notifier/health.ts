@@ -4,7 +4,14 @@ import http from "node:http";
 import { listenHttp, metricsHandler } from "../shared/metrics.js";
 import type { Metrics } from "./metrics.js";
 
-export async function serveHealth(opts: { port: number; host?: string; ready: () => boolean; metrics: Metrics }) {
+export async function serveHealth(opts: {
+  port: number;
+  host?: string;
+  ready: () => boolean;
+  /** What readiness rests on, shown in /readyz's body (NATS and consumer health). */
+  details?: () => Record<string, string>;
+  metrics: Metrics;
+}) {
   const serveMetrics = metricsHandler(opts.metrics.registry);
   const server = http.createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];
@@ -15,7 +22,8 @@ export async function serveHealth(opts: { port: number; host?: string; ready: ()
     if (path === "/healthz") return json(200, { status: "ok" });
     if (path === "/readyz") {
       // Ready means connected to NATS and consuming.
-      return opts.ready() ? json(200, { status: "ready" }) : json(503, { status: "not ready" });
+      const details = opts.details?.() ?? {};
+      return opts.ready() ? json(200, { status: "ready", ...details }) : json(503, { status: "not ready", ...details });
     }
     if (path === "/metrics") return void serveMetrics(req, res);
     json(404, { error: "Not found" });

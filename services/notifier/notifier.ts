@@ -4,7 +4,7 @@
 // Copies share one durable consumer, so each event goes to one of them.
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import type { ConsumerMessages, NatsConnection } from "nats";
+import type { ConsumerMessages, JsMsg, NatsConnection } from "nats";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
@@ -44,9 +44,18 @@ export interface NotifierOptions {
   concurrency?: number;
   deliveryTimeoutMs?: number;
   reconnectWaitMs?: number;
-  /** How long one pull waits; a deleted consumer is noticed within it. */
+  /**
+   * How long one pull waits. A pull lost with its NATS node or connection,
+   * and a deleted consumer, are noticed within it, so it bounds how long the
+   * notifier can stall after losing a node.
+   */
   pullExpiresMs?: number;
 }
+
+// Short pulls: a pull lost with its node is replaced within this (CONTRACT: resume within 5 s).
+const PULL_EXPIRES_MS = 3_000;
+// Well inside the consumer's 30 s ack_wait.
+const WORKING_EVERY_MS = 5_000;
 
 export async function startNotifier(opts: NotifierOptions) {
   const { logger } = opts;
@@ -81,10 +90,18 @@ export async function startNotifier(opts: NotifierOptions) {
   let markReady: () => void = () => {};
   const ready = new Promise<void>((resolve) => (markReady = resolve));
 
+  const pullExpiresMs = opts.pullExpiresMs ?? PULL_EXPIRES_MS;
+  // When a pull last came back: a consumer that stopped pulling is not healthy.
+  let lastPullAt = 0;
+  const consumerHealthy = () => Date.now() - lastPullAt < pullExpiresMs * 2 + 2_000;
   const health = await serveHealth({
     port: opts.port,
     host: opts.host,
-    ready: () => connected && messages !== undefined && !stopping,
+    ready: () => connected && consumerHealthy() && !stopping,
+    details: () => ({
+      nats: connected ? "connected" : "disconnected",
+      consumer: stopping ? "draining" : consumerHealthy() ? "consuming" : "stalled",
+    }),
     metrics,
   });
 
@@ -120,33 +137,56 @@ export async function startNotifier(opts: NotifierOptions) {
     }
   }
 
+  /**
+   * Pulls only as many events as there are free slots, so every event this
+   * copy is handed starts at once: nothing waits in a buffer for ack_wait
+   * when the copy dies or drains. Each pull is short (pullExpiresMs), so one
+   * lost with a NATS node or connection is replaced within it.
+   */
   async function consumeUntilLost(
     js: ReturnType<NatsConnection["jetstream"]>,
     handle: ReturnType<typeof createHandler>,
   ): Promise<void> {
     const consumer = await js.consumers.get(topology.eventStream, topology.consumer);
-    messages = await consumer.consume({
-      max_messages: concurrency,
-      expires: opts.pullExpiresMs ?? 30_000,
-      // Stop rather than wait forever when the stream or consumer vanishes.
-      abort_on_missing_resource: true,
-    });
+    lastPullAt = Date.now();
     markReady();
     logger.info({ stream: topology.eventStream, consumer: topology.consumer }, "consuming events");
-    for await (const msg of messages) {
-      if (stopping) {
-        // Buffered but not started: hand it straight back for another copy.
-        msg.nak();
+    while (!stopping) {
+      const free = concurrency - inflight.size;
+      if (free <= 0) {
+        await Promise.race(inflight);
         continue;
       }
-      while (inflight.size >= concurrency) await Promise.race(inflight);
-      const task = handle(msg).catch((err: unknown) => {
+      const batch = await consumer.fetch({ max_messages: free, expires: pullExpiresMs });
+      messages = batch;
+      let got = 0;
+      for await (const msg of batch) {
+        got++;
+        if (stopping) {
+          msg.nak(); // not started: straight back for another copy
+          continue;
+        }
+        start(msg, handle);
+      }
+      messages = undefined;
+      // An empty pull may mean the consumer is gone: info() throws then, and the caller ensures it again.
+      if (got === 0 && !stopping) await consumer.info();
+      lastPullAt = Date.now();
+    }
+  }
+
+  function start(msg: JsMsg, handle: ReturnType<typeof createHandler>): void {
+    // In-progress acks while the attempt runs, so a slow receiver never
+    // makes JetStream hand the event to another copy meanwhile.
+    const beat = setInterval(() => msg.working(), WORKING_EVERY_MS);
+    const task = handle(msg)
+      .catch((err: unknown) => {
         logger.error({ err, seq: msg.seq }, "event handling failed; retrying later");
         msg.nak(5000);
-      });
-      inflight.add(task);
-      void task.finally(() => inflight.delete(task));
-    }
+      })
+      .finally(() => clearInterval(beat));
+    inflight.add(task);
+    void task.finally(() => inflight.delete(task));
   }
 
   function watch(conn: NatsConnection): Promise<void> {

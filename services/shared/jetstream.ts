@@ -24,7 +24,7 @@ export interface Topology {
   deadLetterSubjectPrefix: string;
   /** The durable consumer every notifier copy shares. */
   consumer: string;
-  /** Replicas of each stream: 1 on a single server, 3 on a cluster. */
+  /** Replicas of both streams (NATS_STREAM_REPLICAS); 1 when not given. */
   replicas?: number;
 }
 
@@ -68,9 +68,8 @@ export async function ensureEventStream(
   jsm: JetStreamManager,
   t: Pick<Topology, "eventStream" | "eventSubjectPrefix" | "replicas">,
 ) {
-  await ensureStream(jsm, {
+  await ensureStream(jsm, t.replicas, {
     name: t.eventStream,
-    num_replicas: t.replicas ?? 1,
     subjects: [`${t.eventSubjectPrefix}.>`],
     max_age: nanos(EVENT_MAX_AGE_MS),
     duplicate_window: nanos(DUPLICATE_WINDOW_MS),
@@ -78,9 +77,8 @@ export async function ensureEventStream(
 }
 
 export async function ensureDeadLetterStream(jsm: JetStreamManager, t: Topology) {
-  await ensureStream(jsm, {
+  await ensureStream(jsm, t.replicas, {
     name: t.deadLetterStream,
-    num_replicas: t.replicas ?? 1,
     subjects: [`${t.deadLetterSubjectPrefix}.>`],
     max_age: nanos(DEAD_LETTER_MAX_AGE_MS),
     duplicate_window: nanos(DUPLICATE_WINDOW_MS),
@@ -113,21 +111,54 @@ export async function ensureConsumer(jsm: JetStreamManager, t: Topology) {
   }
 }
 
-async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }) {
+/** A stream that exists with a setting that cannot be changed in place: the process will not use it. */
+export class StreamConflictError extends Error {}
+
+async function ensureStream(jsm: JetStreamManager, replicas = 1, config: Partial<StreamConfig> & { name: string }) {
+  const wanted = {
+    storage: StorageType.File,
+    retention: RetentionPolicy.Limits,
+    discard: DiscardPolicy.Old,
+    num_replicas: replicas,
+    ...config,
+  };
   try {
     // Adding a stream that exists with the same configuration succeeds, so
     // copies starting together do not collide.
-    await jsm.streams.add({
-      storage: StorageType.File,
-      retention: RetentionPolicy.Limits,
-      discard: DiscardPolicy.Old,
-      ...config,
-    });
+    await jsm.streams.add(wanted);
   } catch (err) {
-    await jsm.streams.info(config.name).catch(() => {
+    const existing = await jsm.streams.info(config.name).catch(() => {
       throw err;
     });
+    await reconcileStream(jsm, existing.config, wanted);
   }
+}
+
+/**
+ * The stream exists with other settings (made by an earlier release, an
+ * operator, or another NATS_STREAM_REPLICAS): what JetStream can change in
+ * place (replicas, age, duplicate window, subjects) is brought to this
+ * release's values; storage or retention cannot be, and is refused, naming
+ * the setting. Limits this release does not set (max_msgs, discard) stay as
+ * an operator set them.
+ */
+async function reconcileStream(jsm: JetStreamManager, existing: StreamConfig, wanted: Partial<StreamConfig> & { name: string }) {
+  for (const fixed of ["storage", "retention"] as const) {
+    if (existing[fixed] !== wanted[fixed]) {
+      throw new StreamConflictError(
+        `stream ${wanted.name} exists with ${fixed} ${existing[fixed]}, not ${wanted[fixed]}; ` +
+          `JetStream cannot change it in place: move the stream's data and delete it, or recreate it`,
+      );
+    }
+  }
+  const changes = (["num_replicas", "max_age", "duplicate_window"] as const).filter(
+    (key) => wanted[key] !== undefined && existing[key] !== wanted[key],
+  );
+  const subjects = [...new Set([...(existing.subjects ?? []), ...(wanted.subjects ?? [])])];
+  if (changes.length === 0 && subjects.length === (existing.subjects ?? []).length) return;
+  const update: Partial<StreamConfig> = { ...existing, subjects };
+  for (const key of changes) (update as Record<string, unknown>)[key] = wanted[key];
+  await jsm.streams.update(wanted.name, update);
 }
 
 /**
@@ -147,7 +178,8 @@ export async function connectForever(opts: {
   while (!opts.stopped()) {
     try {
       const nc = await connect({
-        servers: opts.natsUrl,
+        // A cluster's nodes, comma-separated; the client also learns the others from the one it reaches.
+        servers: opts.natsUrl.split(",").map((url) => url.trim()),
         name: opts.name,
         maxReconnectAttempts: -1,
         reconnectTimeWait: retryMs,

@@ -4,10 +4,13 @@
 // ./.data/test-postgres) and points TEST_DATABASE_URL at it, for the test
 // workers (started after this) as for this process.
 import net from "node:net";
+// And dist/ is built when the sources are newer, for the tests that run the
+// processes by their production command (node dist/...).
 import type { TestProject } from "vitest/node";
 import { startEmbeddedPostgres } from "../../services/dev/embedded-postgres.js";
 import { createDatabase } from "./database.js";
 import { freePort } from "./nats.js";
+import { buildWhenStale } from "./processes.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -17,6 +20,7 @@ declare module "vitest" {
 
 export default async function setup(project: TestProject) {
   const embedded = await embeddedPostgresIfNeeded();
+  buildWhenStale();
   const database = await createDatabase();
   project.provide("databaseUrl", database.url);
   return async () => {

@@ -38,7 +38,7 @@ export async function startStack(opts: StackOptions = {}) {
   const processor = env === "test" ? createSandboxProcessor() : undefined;
   const databaseUrl = opts.databaseUrl ?? inject("databaseUrl");
   const auth = opts.auth ?? RUN_AUTH;
-  const { db, close: closeDb } = createDb(databaseUrl);
+  const { db, probe: probeDb, close: closeDb } = createDb(databaseUrl);
   const links = await startLinksServer({
     db,
     port: 0,
@@ -52,6 +52,7 @@ export async function startStack(opts: StackOptions = {}) {
     auth,
     adminToken: opts.adminToken,
     metricsPort: 0,
+    probeDb,
   });
   const linksUrl = `http://127.0.0.1:${links.port}`;
   const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, logger, metricsPort: 0 });

@@ -146,9 +146,33 @@
     button.disabled = true;
     button.textContent = "Processing\u2026";
     announce("Processing your payment\u2026", "info");
+    // One key per attempt; every retry of this attempt sends the same one,
+    // so a payment whose answer was lost is answered, never charged twice
+    // and never told the link is used (CONTRACT "Retrying a payment").
+    send(body, newKey(), 0);
+  });
+
+  // Waits before each retry of an attempt: about 8 s in all before giving up.
+  var RETRY_DELAYS_MS = [300, 700, 1500, 2500, 3500];
+
+  function newKey() {
+    if (window.crypto && typeof window.crypto.randomUUID === "function") return window.crypto.randomUUID();
+    var bytes = new Uint8Array(16);
+    window.crypto.getRandomValues(bytes);
+    return Array.prototype.map.call(bytes, function (b) { return (b < 16 ? "0" : "") + b.toString(16); }).join("");
+  }
+
+  function retryOrFail(body, key, tries, message) {
+    if (tries >= RETRY_DELAYS_MS.length) return finish(message, "error");
+    announce("Still processing your payment\u2026", "info");
+    var base = RETRY_DELAYS_MS[tries];
+    setTimeout(function () { send(body, key, tries + 1); }, base + Math.floor(Math.random() * base * 0.3));
+  }
+
+  function send(body, key, tries) {
     fetch(payUrl, {
       method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json" },
+      headers: { "content-type": "application/json", accept: "application/json", "idempotency-key": key },
       body: JSON.stringify(body),
       credentials: "same-origin",
       cache: "no-store",
@@ -156,6 +180,10 @@
       return res.json().catch(function () { return {}; }).then(function (data) {
         if (res.ok) return succeed(data);
         var message = data && typeof data.error === "string" ? data.error : "Something went wrong. Please try again.";
+        if (res.status === 503 || res.status === 502 || res.status === 504) {
+          // The outcome may be unknown: ask again with the same key.
+          return retryOrFail(body, key, tries, message.replace(/\.?$/, ". Please try again."));
+        }
         if (res.status === 402) {
           finish(message + ". Try again with another card or payment method.", "error");
           if (number && !number.disabled) number.focus();
@@ -168,9 +196,9 @@
         }
       });
     }, function () {
-      finish("We could not reach the payment service. Check your connection and try again.", "error");
+      retryOrFail(body, key, tries, "We could not reach the payment service. Check your connection and try again.");
     });
-  });
+  }
 
   showMethod();
 })();

@@ -1,0 +1,41 @@
+// Which database failures mean "PostgreSQL cannot be reached now" (worth a
+// retry: the caller gets UNAVAILABLE, the gateway a 503), as opposed to a
+// fault in our own code (INTERNAL, a 500).
+import { Code, ConnectError } from "@connectrpc/connect";
+
+// postgres.js's own codes for connections it could not make or lost.
+const DRIVER_CODES = new Set([
+  "CONNECT_TIMEOUT",
+  "CONNECTION_CLOSED",
+  "CONNECTION_DESTROYED",
+  "CONNECTION_ENDED",
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+]);
+
+// SQLSTATEs: class 08 (connection exception), the server shutting down or
+// starting (57P01-57P03), and a statement cut by statement_timeout (57014).
+const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53300)$/;
+
+/** PostgreSQL gave no answer in time: as unreachable as a refused connection. */
+export class DatabaseTimeout extends Error {
+  readonly code = "ETIMEDOUT";
+}
+
+export const databaseUnavailable = (cause?: unknown) =>
+  new ConnectError("the database is unavailable", Code.Unavailable, undefined, undefined, cause);
+
+/** True when the error, or one it wraps (Drizzle wraps the driver's), says PostgreSQL cannot be reached. */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && (DRIVER_CODES.has(code) || UNAVAILABLE_SQLSTATE.test(code))) return true;
+  }
+  return false;
+}

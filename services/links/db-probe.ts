@@ -1,0 +1,32 @@
+// PostgreSQL's reachability, asked on a connection of its own: a pool busy
+// with real work must never look like a dead server, and a probe stuck on a
+// half-dead connection is dropped with its connection, not queued behind.
+import postgres from "postgres";
+import { DatabaseTimeout } from "./db-errors.js";
+
+export function createDbProbe(url: string, timeoutMs = 1_000) {
+  const open = () => postgres(url, { max: 1, connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)), onnotice: () => {} });
+  let sql = open();
+  return {
+    async probe(): Promise<void> {
+      const current = sql;
+      let bound: NodeJS.Timeout | undefined;
+      try {
+        await Promise.race([
+          current`select 1`,
+          new Promise((_, reject) => {
+            bound = setTimeout(() => {
+              // A server that does not answer keeps this connection busy: start afresh next time.
+              if (sql === current) sql = open();
+              void current.end({ timeout: 0 }).catch(() => {});
+              reject(new DatabaseTimeout(`PostgreSQL did not answer within ${timeoutMs} ms`));
+            }, timeoutMs);
+          }),
+        ]);
+      } finally {
+        clearTimeout(bound);
+      }
+    },
+    close: () => sql.end({ timeout: 1 }),
+  };
+}

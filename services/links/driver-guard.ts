@@ -1,0 +1,28 @@
+// postgres.js 3.4.9 can throw from a setImmediate after a connection closed
+// under it (nextWrite on a null socket: porsager/postgres#1154, #1208, fixes
+// proposed in #1168, #1176, #1209, none released). Thrown from a timer, it
+// escapes every await and would kill the LinkService whenever PostgreSQL
+// crashes under load. By then closed() has already failed the connection's
+// queries with CONNECTION_CLOSED, so this one error is logged and survived;
+// every other uncaught error still ends the process, as Node's default does.
+import type { Logger } from "../shared/logger.js";
+
+export function isDriverNullSocketWrite(err: unknown): boolean {
+  return (
+    err instanceof TypeError &&
+    /reading 'write'/.test(err.message) &&
+    /nextWrite/.test(err.stack ?? "") &&
+    /postgres[\\/]src[\\/]connection\.js/.test(err.stack ?? "")
+  );
+}
+
+export function survivePostgresDriverBug(logger: Logger): void {
+  process.on("uncaughtException", (err) => {
+    if (isDriverNullSocketWrite(err)) {
+      logger.warn({ err }, "postgres.js wrote to a closed connection (known driver bug); its queries already failed");
+      return;
+    }
+    logger.fatal({ err }, "uncaught exception");
+    process.exit(1);
+  });
+}

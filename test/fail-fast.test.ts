@@ -1,0 +1,145 @@
+// CONTRACT "Timeouts and unavailability": while PostgreSQL is stopped,
+// crashed or frozen, every request answers 503 `Service unavailable` with
+// Retry-After within 2 s and /readyz turns 503 within 2 s; once PostgreSQL
+// answers again, creates succeed within 2 s. Against a PostgreSQL of the
+// test's own that it stops, kills and freezes for real.
+import { createClient, Code, ConnectError } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { api, startStack, type Stack, validLink } from "./support/stack.js";
+import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
+
+const BOUND_MS = 2_000;
+let pg: PrivatePostgres;
+let stack: Stack;
+const paidLater: string[] = [];
+
+beforeAll(async () => {
+  pg = await startPrivatePostgres();
+  stack = await startStack({ databaseUrl: pg.url });
+});
+
+afterAll(async () => {
+  pg?.thaw();
+  await stack?.close();
+  await pg?.destroy();
+});
+
+async function createOk(): Promise<string> {
+  const res = await api(stack, "POST", "/v1/links", { body: validLink() });
+  expect(res.status).toBe(201);
+  return res.body.id;
+}
+
+/** Every kind of request, at once; each must answer 503 with the contract's body and Retry-After within the bound. */
+async function everyRequestFailsFast(existing: string) {
+  const timed = async (name: string, call: () => Promise<{ status: number; headers: Headers; text: string }>) => {
+    const started = performance.now();
+    const res = await call();
+    return { name, ms: performance.now() - started, ...res };
+  };
+  const pay = (id: string) =>
+    fetch(`${stack.gatewayUrl}/link/${id}/pay`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "idempotency-key": `k-${id}` },
+      body: JSON.stringify({ payment_method: "bank_transfer" }),
+    }).then(async (r) => ({ status: r.status, headers: r.headers, text: await r.text() }));
+  const results = await Promise.all([
+    ...Array.from({ length: 5 }, (_, i) => timed(`create ${i}`, () => api(stack, "POST", "/v1/links", { body: validLink() }))),
+    ...Array.from({ length: 5 }, (_, i) => timed(`get ${i}`, () => api(stack, "GET", `/v1/links/${existing}`))),
+    timed("list", () => api(stack, "GET", "/v1/links")),
+    timed("expire", () => api(stack, "POST", `/v1/links/${existing}/expire`)),
+    timed("pay", () => pay(existing)),
+    timed("create with key", () =>
+      api(stack, "POST", "/v1/links", { body: validLink(), headers: { "idempotency-key": `key-${Date.now()}` } }),
+    ),
+  ]);
+  for (const r of results) {
+    expect({ name: r.name, status: r.status, body: r.text }).toEqual({
+      name: r.name,
+      status: 503,
+      body: JSON.stringify({ error: "Service unavailable" }),
+    });
+    expect(r.headers.get("retry-after"), r.name).toBe("1");
+    expect(r.ms, `${r.name} answered after ${Math.round(r.ms)} ms`).toBeLessThan(BOUND_MS);
+  }
+  // The checkout page: an HTML 503, as fast.
+  const started = performance.now();
+  const page = await fetch(`${stack.gatewayUrl}/link/${existing}`);
+  expect(page.status).toBe(503);
+  expect(page.headers.get("retry-after")).toBe("1");
+  expect(performance.now() - started).toBeLessThan(BOUND_MS);
+}
+
+async function readyzFailsFast() {
+  const started = performance.now();
+  const res = await fetch(`${stack.gatewayUrl}/readyz`);
+  expect(res.status).toBe(503);
+  expect(performance.now() - started).toBeLessThan(BOUND_MS);
+}
+
+/** From the moment PostgreSQL answers a fresh connection, a create succeeds within the bound. */
+async function recoversFast() {
+  const back = performance.now();
+  for (;;) {
+    const res = await api(stack, "POST", "/v1/links", { body: validLink() });
+    if (res.status === 201) break;
+    expect(res.status).toBe(503);
+    expect(performance.now() - back, "creates still fail 2 s after PostgreSQL answers again").toBeLessThan(BOUND_MS);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  expect(performance.now() - back).toBeLessThan(BOUND_MS);
+  expect((await fetch(`${stack.gatewayUrl}/readyz`)).status).toBe(200);
+}
+
+describe("PostgreSQL unavailable", () => {
+  it("stopped: 503 with Retry-After within 2 s, then 201s within 2 s of it answering", async () => {
+    const id = await createOk();
+    await pg.stop();
+    await everyRequestFailsFast(id);
+    await readyzFailsFast();
+    await pg.start();
+    await recoversFast();
+    paidLater.push(id);
+  });
+
+  it("crashed (every process killed): the same", async () => {
+    const id = await createOk();
+    await pg.crash();
+    await everyRequestFailsFast(id);
+    await readyzFailsFast();
+    await pg.start();
+    await recoversFast();
+  });
+
+  it("frozen (SIGSTOP, connections open and silent): the same, and a Connect call with no deadline gives up too", async () => {
+    const id = await createOk();
+    pg.freeze();
+    try {
+      await everyRequestFailsFast(id);
+      await readyzFailsFast();
+      // A direct call that sets no deadline at all still does not wait out the outage.
+      const client = createClient(LinkService, createConnectTransport({ baseUrl: stack.linksUrl, httpVersion: "2" }));
+      const started = performance.now();
+      const err = await client.getLink({ id }, { headers: { "client-id": "client-a" } }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.Unavailable);
+      expect(performance.now() - started).toBeLessThan(BOUND_MS);
+    } finally {
+      pg.thaw();
+    }
+    await recoversFast();
+  });
+
+  it("payable links stay payable after an outage", async () => {
+    for (const id of paidLater) {
+      const res = await fetch(`${stack.gatewayUrl}/link/${id}/pay`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ payment_method: "bank_transfer" }),
+      });
+      expect(res.status).toBe(200);
+    }
+  });
+});

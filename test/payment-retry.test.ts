@@ -1,0 +1,144 @@
+// CONTRACT "Retrying a payment": Idempotency-Key on POST /link/{id}/pay, and
+// a LinkService killed mid-pay leaves every charged customer on a success
+// answer with the payment id that was recorded, none told "already used".
+import { randomUUID } from "node:crypto";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createDatabase } from "./support/database.js";
+import { startServices } from "./support/processes.js";
+import { api, startStack, type Stack, validLink } from "./support/stack.js";
+
+const CARD = { number: "4242424242424242", exp_month: 12, exp_year: 2040, cvc: "123" };
+
+async function pay(baseUrl: string, id: string, body: unknown, key?: string) {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (key !== undefined) headers["idempotency-key"] = key;
+  const res = await fetch(`${baseUrl}/link/${id}/pay`, { method: "POST", headers, body: JSON.stringify(body) });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+describe("Idempotency-Key on pay", () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.close());
+
+  const newLink = async () => (await api(stack, "POST", "/v1/links", { body: validLink() })).body.id as string;
+
+  it("a retry of a payment that succeeded gets the same 200 body with Idempotent-Replayed, never 409", async () => {
+    const id = await newLink();
+    const key = randomUUID();
+    const first = await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, key);
+    expect(first.status).toBe(200);
+    expect(first.headers.get("idempotent-replayed")).toBeNull();
+    for (let i = 0; i < 2; i++) {
+      const again = await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, key);
+      expect(again.status).toBe(200);
+      expect(again.text).toBe(first.text);
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+    }
+    // Without the key, or with another one, the link is used.
+    expect((await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD })).status).toBe(409);
+    expect((await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, randomUUID())).status).toBe(409);
+  });
+
+  it("the same key with a different body is 422", async () => {
+    const id = await newLink();
+    const key = randomUUID();
+    expect((await pay(stack.gatewayUrl, id, { payment_method: "bank_transfer" }, key)).status).toBe(200);
+    const other = await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, key);
+    expect(other.status).toBe(422);
+    expect(JSON.parse(other.text)).toEqual({ error: "Idempotency-Key was already used with a different request" });
+    const otherCard = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, number: "5555555555554444" } }, key);
+    expect(otherCard.status).toBe(422);
+  });
+
+  it("concurrent tries of one attempt all answer 200 with the one payment", async () => {
+    const id = await newLink();
+    const key = randomUUID();
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () => pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, key)),
+    );
+    expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));
+    expect(new Set(answers.map((a) => JSON.parse(a.text).payment_id)).size).toBe(1);
+  });
+
+  it("a declined attempt keeps no key: the customer may retry it with another card", async () => {
+    const id = await newLink();
+    const key = randomUUID();
+    const declined = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, number: "4000000000000002" } }, key);
+    expect(declined.status).toBe(402);
+    expect((await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, key)).status).toBe(200);
+  });
+
+  it("a key over 255 characters is a 400", async () => {
+    const id = await newLink();
+    const res = await pay(stack.gatewayUrl, id, { payment_method: "bank_transfer" }, "k".repeat(256));
+    expect(res.status).toBe(400);
+  });
+});
+
+describe("the LinkService killed mid-pay", () => {
+  let database: Awaited<ReturnType<typeof createDatabase>>;
+  let services: Awaited<ReturnType<typeof startServices>>;
+  beforeAll(async () => {
+    database = await createDatabase("paylink_killpay");
+    services = await startServices({ databaseUrl: database.url });
+  });
+  afterAll(async () => {
+    await services?.close();
+    await database?.drop();
+  });
+
+  it("every charged customer ends on a success answer with the recorded payment id; none sees 'already used' or a 500", async () => {
+    const CUSTOMERS = 60;
+    const ids: string[] = [];
+    for (let i = 0; i < CUSTOMERS; i++) {
+      const res = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
+      expect(res.status).toBe(201);
+      ids.push(res.body.id);
+    }
+    const seen: { status: number; text: string }[] = [];
+    // What the checkout page does: one key per attempt, retried with backoff on a network failure or 503.
+    const customer = async (id: string, startAfterMs: number) => {
+      await new Promise((resolve) => setTimeout(resolve, startAfterMs));
+      const key = randomUUID();
+      const body = { payment_method: "card", card: CARD };
+      const until = Date.now() + 20_000;
+      for (let delay = 100; ; delay = Math.min(delay * 2, 1_000)) {
+        const res = await pay(services.gatewayUrl, id, body, key).catch(() => ({ status: 0, text: "", headers: new Headers() }));
+        seen.push(res);
+        if (res.status !== 503 && res.status !== 0) return { id, ...res };
+        if (Date.now() > until) return { id, ...res };
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    };
+    const customers = ids.map((id, i) => customer(id, i * 15));
+    // Kill -9 while payments are under way, then start it again.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    services.links.signal("SIGKILL");
+    await services.links.exited;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await services.startLinks();
+    const outcomes = await Promise.all(customers);
+
+    const sql = postgres(database.url, { max: 1, onnotice: () => {} });
+    try {
+      const rows = await sql<{ id: string; link_id: string }[]>`select id, link_id from payments`;
+      const recorded = new Map(rows.map((row) => [row.link_id, row.id]));
+      expect(rows.length).toBe(recorded.size); // never two payments for a link
+      for (const outcome of outcomes) {
+        expect({ id: outcome.id, status: outcome.status, body: outcome.text }).toMatchObject({ status: 200 });
+        expect(JSON.parse(outcome.text).payment_id).toBe(recorded.get(outcome.id));
+      }
+      expect(recorded.size).toBe(CUSTOMERS);
+    } finally {
+      await sql.end();
+    }
+    expect(seen.filter((r) => r.status === 409)).toEqual([]);
+    expect(seen.filter((r) => r.status >= 500 && r.status !== 503)).toEqual([]);
+    // The kill really met customers: some were told to retry.
+    expect(seen.some((r) => r.status === 503 || r.status === 0)).toBe(true);
+  });
+});

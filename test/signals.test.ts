@@ -1,0 +1,223 @@
+// Processes own their signals: the production command (`node dist/...`, as
+// package.json's start:* scripts, the Dockerfile's CMD and compose run it,
+// compose with an init as PID 1) drains on SIGTERM under load, with no
+// failed request, exits, and leaves nothing listening.
+import http from "node:http";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createDatabase } from "./support/database.js";
+import { freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
+import { canConnect, ENTRIES, type Role, ROOT, spawnRole, startServices, waitReady } from "./support/processes.js";
+
+const read = (file: string) => readFileSync(path.join(ROOT, file), "utf8");
+
+/** The command each place runs for a role, as argv. */
+function commandsOf(role: Role): Record<string, string[]> {
+  const scripts = JSON.parse(read("package.json")).scripts as Record<string, string>;
+  const compose = read("docker-compose.yml");
+  const service = new RegExp(`\\n  ${role}:\\n(?:    .*\\n)*?    command: (\\[.*\\])`).exec(compose);
+  const commands: Record<string, string[]> = {
+    [`npm run start:${role}`]: scripts[`start:${role}`]!.split(" "),
+    [`compose ${role}`]: JSON.parse(service![1]!),
+  };
+  if (role === "gateway") commands["Dockerfile CMD"] = JSON.parse(/^CMD (\[.*\])$/m.exec(read("Dockerfile"))![1]!);
+  return commands;
+}
+
+describe("the production command lines", () => {
+  it.each(["links", "gateway", "notifier"] as Role[])("%s runs node dist/... directly everywhere, behind an init in compose", (role) => {
+    for (const [where, argv] of Object.entries(commandsOf(role))) {
+      expect({ where, argv }).toEqual({ where, argv: ["node", ENTRIES[role]] });
+    }
+    const compose = read("docker-compose.yml");
+    expect(compose).toMatch(/x-app: &app\n(?:  .*\n)*?  init: true\n/);
+  });
+});
+
+interface Outcome {
+  requestId: string;
+  status?: number;
+  body?: string;
+  retryAfter?: string;
+  error?: string;
+  /** Whether the request reached the server (the connection was made) before it failed. */
+  sent: boolean;
+}
+
+/** One create on a fresh connection (no keep-alive), so a refused connection is told apart from a dropped request. */
+let nextRequest = 0;
+function create(port: number): Promise<Outcome> {
+  const requestId = `load-${process.pid}-${nextRequest++}`;
+  return new Promise((resolve) => {
+    let sent = false;
+    const body = JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "Load" } });
+    const req = http.request(
+      { host: "127.0.0.1", port, method: "POST", path: "/v1/links", agent: false, headers: { "content-type": "application/json", "client-id": "load", "x-request-id": requestId } },
+      (res) => {
+        let text = "";
+        res.on("data", (c: Buffer) => (text += c));
+        res.on("end", () => resolve({ requestId, status: res.statusCode, body: text, retryAfter: res.headers["retry-after"] as string | undefined, sent }));
+        res.on("error", (err) => resolve({ requestId, error: (err as NodeJS.ErrnoException).code ?? err.message, sent }));
+      },
+    );
+    req.on("socket", (socket) => socket.once("connect", () => (sent = true)));
+    req.on("error", (err) => resolve({ requestId, error: (err as NodeJS.ErrnoException).code ?? err.message, sent }));
+    req.end(body);
+  });
+}
+
+/** Workers creating links until `stop()`; returns every outcome. */
+function load(port: number, workers = 6) {
+  let stopped = false;
+  const outcomes: Outcome[] = [];
+  const done = Promise.all(
+    Array.from({ length: workers }, async () => {
+      while (!stopped) outcomes.push(await create(port));
+    }),
+  );
+  return {
+    outcomes,
+    async stop() {
+      stopped = true;
+      await done;
+      return outcomes;
+    },
+  };
+}
+
+describe("SIGTERM under load", () => {
+  let database: Awaited<ReturnType<typeof createDatabase>>;
+  let nats: NatsServer;
+  beforeAll(async () => {
+    database = await createDatabase("paylink_signals");
+    nats = await startNatsServer();
+  });
+  afterAll(async () => {
+    await nats?.close();
+    await database?.drop();
+  });
+
+  async function createdIds(outcomes: Outcome[]) {
+    const ids = outcomes.filter((o) => o.status === 201).map((o) => JSON.parse(o.body!).id as string);
+    const sql = postgres(database.url, { max: 1, onnotice: () => {} });
+    try {
+      const rows = await sql<{ id: string }[]>`select id from links where id = any(${ids})`;
+      return { acknowledged: ids.length, found: rows.length };
+    } finally {
+      await sql.end();
+    }
+  }
+
+  it("the gateway finishes every request it accepted, exits 0 and frees its port", async () => {
+    // Logs at info name every request the gateway accepted (by our X-Request-Id).
+    const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url, gatewayEnv: { LOG_LEVEL: "info" } });
+    try {
+      const traffic = load(services.gatewayPort);
+      await waitFor(() => traffic.outcomes.filter((o) => o.status === 201).length >= 50, 15_000);
+      services.gateway.signal("SIGTERM");
+      const code = await services.gateway.exited;
+      const outcomes = await traffic.stop();
+      expect(code).toBe(0);
+      expect(await canConnect(services.gatewayPort)).toBe(false);
+      // Every request the gateway accepted succeeded. Later ones found no
+      // listener, or were reset by the kernel in the listen backlog before the
+      // process ever saw them (a load balancer sends them elsewhere).
+      const accepted = new Set(services.gateway.output().match(/load-\d+-\d+/g) ?? []);
+      const failed = outcomes.filter((o) => o.status !== 201 && (accepted.has(o.requestId) || o.status !== undefined));
+      expect(failed).toEqual([]);
+      expect(outcomes.filter((o) => o.status === undefined && o.error !== "ECONNREFUSED" && o.error !== "ECONNRESET")).toEqual([]);
+      const { acknowledged, found } = await createdIds(outcomes);
+      expect(found).toBe(acknowledged);
+    } finally {
+      await services.close();
+    }
+  });
+
+  it("the LinkService finishes its calls, then the gateway answers 503 with the contract's body; it exits 0 and frees its port", async () => {
+    const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
+    try {
+      const traffic = load(services.gatewayPort);
+      await waitFor(() => traffic.outcomes.filter((o) => o.status === 201).length >= 50, 15_000);
+      services.links.signal("SIGTERM");
+      const code = await services.links.exited;
+      // A moment of traffic against a gateway with no LinkService behind it.
+      const before = traffic.outcomes.length;
+      await waitFor(() => traffic.outcomes.length >= before + 20, 10_000);
+      const outcomes = await traffic.stop();
+      expect(code).toBe(0);
+      expect(await canConnect(services.linksPort)).toBe(false);
+      const unexpected = outcomes.filter(
+        (o) =>
+          o.status !== 201 &&
+          !(o.status === 503 && o.body === JSON.stringify({ error: "Service unavailable" }) && o.retryAfter === "1"),
+      );
+      expect(unexpected).toEqual([]);
+      expect(outcomes.some((o) => o.status === 503)).toBe(true);
+      const { acknowledged, found } = await createdIds(outcomes);
+      expect(found).toBe(acknowledged);
+    } finally {
+      await services.close();
+    }
+  });
+
+  it("the notifier lets deliveries under way finish, exits 0 and frees its port; a new one delivers the rest", async () => {
+    const slow = http.createServer((req, res) => {
+      // Slow enough that deliveries are under way when the signal comes.
+      req.resume();
+      req.on("end", () => setTimeout(() => res.writeHead(200).end("ok"), 400));
+    });
+    await new Promise<void>((resolve) => slow.listen(0, "127.0.0.1", resolve));
+    const slowUrl = `http://127.0.0.1:${(slow.address() as { port: number }).port}/hook`;
+    const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
+    const notifierPort = await freePort();
+    const env = { ...services.env, NOTIFIER_PORT: String(notifierPort) };
+    let notifier = spawnRole("notifier", env);
+    const delivered = new Set<string>();
+    const seen: string[] = [];
+    slow.on("request", (req) => {
+      let text = "";
+      req.on("data", (c: Buffer) => (text += c));
+      req.on("end", () => {
+        const linkId = JSON.parse(text).link_id as string;
+        seen.push(linkId);
+        delivered.add(linkId);
+      });
+    });
+    try {
+      await waitReady(`http://127.0.0.1:${notifierPort}/readyz`);
+      // Readiness says what it rests on: the NATS connection and the consumer.
+      const ready = await fetch(`http://127.0.0.1:${notifierPort}/readyz`).then((r) => r.json());
+      expect(ready).toEqual({ status: "ready", nats: "connected", consumer: "consuming" });
+      const links: string[] = [];
+      for (let i = 0; i < 20; i++) {
+        const res = await fetch(`${services.gatewayUrl}/v1/links`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "client-id": "signals" },
+          body: JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "x" }, metadata: { webhook: slowUrl } }),
+        });
+        const id = ((await res.json()) as { id: string }).id;
+        links.push(id);
+        const paid = await fetch(`${services.gatewayUrl}/link/${id}/pay`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ payment_method: "bank_transfer" }),
+        });
+        expect(paid.status).toBe(200);
+      }
+      await waitFor(() => seen.length >= 1, 10_000);
+      notifier.signal("SIGTERM");
+      expect(await notifier.exited).toBe(0);
+      expect(await canConnect(notifierPort)).toBe(false);
+      notifier = spawnRole("notifier", env);
+      await waitFor(() => links.every((id) => delivered.has(id)), 60_000, () => `${delivered.size} of ${links.length} delivered`);
+    } finally {
+      notifier.signal("SIGKILL");
+      await notifier.exited;
+      await services.close();
+      slow.closeAllConnections();
+      await new Promise((resolve) => slow.close(resolve));
+    }
+  });
+});

@@ -1,0 +1,147 @@
+// The three processes as separate OS processes, started by their production
+// command line (node dist/...), so tests can SIGTERM and kill -9 them for
+// real. The global setup builds dist/ when the sources are newer.
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { existsSync, readdirSync, statSync } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { freePort, waitFor } from "./nats.js";
+
+export const ROOT = path.resolve(fileURLToPath(new URL("../..", import.meta.url)));
+
+export const ENTRIES = {
+  links: "dist/services/links/main.js",
+  gateway: "dist/gateway/main.js",
+  notifier: "dist/services/notifier/main.js",
+} as const;
+
+export type Role = keyof typeof ENTRIES;
+
+export interface Proc {
+  role: Role;
+  child: ChildProcess;
+  pid: number;
+  exited: Promise<number | null>;
+  output(): string;
+  signal(signal: NodeJS.Signals): void;
+}
+
+/** Spawns `command` (default: node and the role's entry) with the environment given on top of a quiet default. */
+export function spawnRole(role: Role, env: Record<string, string>, command: string[] = ["node", ENTRIES[role]]): Proc {
+  const child = spawn(command[0]!, command.slice(1), {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", PAYLINK_ENV: "test", LOG_LEVEL: "warn", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-8_000_000);
+  };
+  child.stdout!.on("data", keep);
+  child.stderr!.on("data", keep);
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return {
+    role,
+    child,
+    pid: child.pid!,
+    exited,
+    output: () => output,
+    signal: (signal) => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    },
+  };
+}
+
+export function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+export async function waitListening(proc: Proc, port: number, timeoutMs = 20_000): Promise<void> {
+  await waitFor(
+    async () => {
+      if (proc.child.exitCode !== null) throw new Error(`${proc.role} exited: ${proc.output()}`);
+      return canConnect(port);
+    },
+    timeoutMs,
+    () => `${proc.role} did not listen on ${port}: ${proc.output()}`,
+  );
+}
+
+export async function waitReady(url: string, timeoutMs = 20_000): Promise<void> {
+  await waitFor(
+    () => fetch(url).then((res) => res.status === 200, () => false),
+    timeoutMs,
+    () => `${url} never answered 200`,
+  );
+}
+
+/** A LinkService and a gateway as processes on free ports. */
+export async function startServices(opts: {
+  databaseUrl: string;
+  natsUrl?: string;
+  env?: Record<string, string>;
+  gatewayEnv?: Record<string, string>;
+}) {
+  const linksPort = await freePort();
+  const gatewayPort = await freePort();
+  const env = {
+    DATABASE_URL: opts.databaseUrl,
+    NATS_URL: opts.natsUrl ?? `nats://127.0.0.1:${await freePort()}`,
+    LINKS_PORT: String(linksPort),
+    GATEWAY_PORT: String(gatewayPort),
+    LINKS_URL: `http://127.0.0.1:${linksPort}`,
+    ...opts.env,
+  };
+  const services = {
+    env,
+    linksPort,
+    gatewayPort,
+    gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
+    links: undefined as unknown as Proc,
+    gateway: undefined as unknown as Proc,
+    async startLinks() {
+      services.links = spawnRole("links", env);
+      await waitListening(services.links, linksPort);
+    },
+    async startGateway() {
+      services.gateway = spawnRole("gateway", { ...env, ...opts.gatewayEnv });
+      await waitReady(`${services.gatewayUrl}/readyz`);
+    },
+    async close() {
+      for (const proc of [services.gateway, services.links]) {
+        if (!proc) continue;
+        proc.signal("SIGKILL");
+        await proc.exited;
+      }
+    },
+  };
+  await services.startLinks();
+  await services.startGateway();
+  return services;
+}
+
+function newestSource(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(full));
+    else newest = Math.max(newest, statSync(full).mtimeMs);
+  }
+  return newest;
+}
+
+export function buildWhenStale() {
+  const stamp = path.join(ROOT, "dist", "gateway", "main.js");
+  const sources = Math.max(...["services", "gateway", "proto/gen"].map((dir) => newestSource(path.join(ROOT, dir))));
+  if (existsSync(stamp) && statSync(stamp).mtimeMs >= sources) return;
+  execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: "inherit" });
+}
+
