@@ -27,11 +27,17 @@ export interface Proc {
   signal(signal: NodeJS.Signals): void;
 }
 
-/** Spawns `command` (default: node and the role's entry) with the environment given on top of a quiet default. */
+/**
+ * Spawns `command` (default: node and the role's entry) with the environment
+ * given on top of a quiet default. Rate limits are off by default: these
+ * tests and experiments load the service from one address on purpose.
+ */
 export function spawnRole(role: Role, env: Record<string, string>, command: string[] = ["node", ENTRIES[role]]): Proc {
   const child = spawn(command[0]!, command.slice(1), {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", PAYLINK_ENV: "test", LOG_LEVEL: "warn", ...env },
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", PAYLINK_ENV: "test", LOG_LEVEL: "warn", RATE_LIMIT_CLIENT: "off", RATE_LIMIT_PAY: "off",
+      // Any free port for /metrics, so copies side by side never collide.
+      GATEWAY_METRICS_PORT: "0", LINKS_METRICS_PORT: "0", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";
