@@ -81,11 +81,15 @@ export async function waitListening(proc: Proc, port: number, timeoutMs = 20_000
   );
 }
 
-export async function waitReady(url: string, timeoutMs = 20_000): Promise<void> {
+/** Waits for `url` to answer 200; with `proc`, gives up at once if it exits, and says what it printed. */
+export async function waitReady(url: string, timeoutMs = 30_000, proc?: Proc): Promise<void> {
   await waitFor(
-    () => fetch(url).then((res) => res.status === 200, () => false),
+    async () => {
+      if (proc && proc.child.exitCode !== null) throw new Error(`${proc.role} exited: ${proc.output()}`);
+      return fetch(url).then((res) => res.status === 200, () => false);
+    },
     timeoutMs,
-    () => `${url} never answered 200`,
+    () => `${url} never answered 200${proc ? `; ${proc.role} printed: ${proc.output().slice(-4000)}` : ""}`,
   );
 }
 
@@ -119,7 +123,7 @@ export async function startServices(opts: {
     },
     async startGateway() {
       services.gateway = spawnRole("gateway", { ...env, ...opts.gatewayEnv });
-      await waitReady(`${services.gatewayUrl}/readyz`);
+      await waitReady(`${services.gatewayUrl}/readyz`, 30_000, services.gateway);
     },
     async close() {
       for (const proc of [services.gateway, services.links]) {
