@@ -17,8 +17,8 @@ RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 FROM node:20-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
-# 8 MB semi-spaces instead of 16: less RSS under load for no measurable CPU (README, Performance).
-ENV NODE_OPTIONS=--max-semi-space-size=8
+# V8 heap limits that keep RSS under load near 115 MB for no measurable CPU (README, Performance).
+ENV NODE_OPTIONS="--max-semi-space-size=8 --max-old-space-size=128"
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
