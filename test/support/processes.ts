@@ -133,8 +133,14 @@ export async function startServices(opts: {
       }
     },
   };
-  await services.startLinks();
-  await services.startGateway();
+  try {
+    await services.startLinks();
+    await services.startGateway();
+  } catch (err) {
+    // Nobody else holds these processes yet: leave no orphan behind.
+    await services.close();
+    throw err;
+  }
   return services;
 }
 
