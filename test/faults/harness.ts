@@ -150,9 +150,15 @@ export async function deploy(opts: { copies?: number; cluster?: boolean; receive
       await pg.destroy();
     },
   };
-  for (let i = 0; i < copies; i++) await d.start("links", i);
-  for (let i = 0; i < copies; i++) await d.start("gateway", i);
-  for (let i = 0; i < copies; i++) await d.start("notifier", i);
+  try {
+    for (let i = 0; i < copies; i++) await d.start("links", i);
+    for (let i = 0; i < copies; i++) await d.start("gateway", i);
+    for (let i = 0; i < copies; i++) await d.start("notifier", i);
+  } catch (err) {
+    // A deployment that never started is nobody's to close: leave nothing running.
+    await d.close();
+    throw err;
+  }
   return d;
 }
 

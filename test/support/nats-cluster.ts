@@ -14,9 +14,17 @@ const BINARY =
 
 export async function startNatsCluster(size = 3) {
   const dir = await mkdtemp(path.join(tmpdir(), "paylink-natsc-"));
-  const nodes = await Promise.all(
-    Array.from({ length: size }, async (_, i) => ({ name: `n${i + 1}`, port: await freePort(), clusterPort: await freePort() })),
-  );
+  // One at a time, and never the same port twice: a port freed a moment ago
+  // may come back from the next probe.
+  const taken = new Set<number>();
+  const port = async () => {
+    for (;;) {
+      const candidate = await freePort();
+      if (!taken.has(candidate)) return taken.add(candidate), candidate;
+    }
+  };
+  const nodes: { name: string; port: number; clusterPort: number }[] = [];
+  for (let i = 0; i < size; i++) nodes.push({ name: `n${i + 1}`, port: await port(), clusterPort: await port() });
   const children = new Map<number, ChildProcess>();
   const routes = nodes.map((n) => `nats://127.0.0.1:${n.clusterPort}`).join(",");
 
@@ -47,13 +55,18 @@ export async function startNatsCluster(size = 3) {
 
   await Promise.all(nodes.map((_, i) => startNode(i)));
   const urls = nodes.map((n) => `nats://127.0.0.1:${n.port}`);
-  // JetStream answers once the cluster has a meta leader.
+  // Formed means every node is up and a stream with one replica per node can
+  // be placed: a meta leader alone (two nodes of three) is not enough for R3.
+  const probe = `READINESS_${process.pid}_${Date.now()}`;
   await waitFor(
     async () => {
+      for (let i = 0; i < size; i++) if (!children.has(i)) await startNode(i).catch(() => {});
       const nc = await connect({ servers: urls }).catch(() => undefined);
       if (!nc) return false;
       try {
-        await (await nc.jetstreamManager()).getAccountInfo();
+        const jsm = await nc.jetstreamManager();
+        await jsm.streams.add({ name: probe, subjects: [`${probe.toLowerCase()}.>`], num_replicas: size });
+        await jsm.streams.delete(probe);
         return true;
       } catch {
         return false;
@@ -62,7 +75,7 @@ export async function startNatsCluster(size = 3) {
       }
     },
     30_000,
-    () => "the NATS cluster never elected a JetStream leader",
+    () => `the NATS cluster never formed with ${size} JetStream peers`,
   );
   return {
     /** All nodes, comma-separated, as NATS_URL takes them. */
