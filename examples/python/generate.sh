@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Generates the Python client's code from ../../proto into ./gen: protoc's
-# Python generator and gRPC's Python plugin (what grpcio-tools bundles).
-# Debian: apt-get install python3-grpcio protobuf-compiler protobuf-compiler-grpc
-# With grpcio-tools from PyPI (1.30 or later) instead:
-#   python3 -m grpc_tools.protoc -I proto --python_out=gen --grpc_python_out=gen <the same files>
+# Generates the Python client's code from ../../proto into ./gen with
+# grpcio-tools from PyPI (its bundled protoc, Python and gRPC generators),
+# installed with the client's runtime into ./.venv.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$here/../.."
+if [ ! -x "$here/.venv/bin/python" ]; then
+  "${PYTHON:-python3}" -m venv "$here/.venv"
+fi
+# Once per venv; one retry, so a machine that reaches PyPI only through a
+# local mirror (pip's extra-index-url) does not wait out pip's backoff.
+if ! "$here/.venv/bin/python" -c 'import grpc_tools, grpc' 2>/dev/null; then
+  "$here/.venv/bin/pip" install -q --retries 1 -r "$here/requirements.txt"
+fi
 rm -rf "$here/gen" && mkdir -p "$here/gen"
-protoc -I "$root/proto" \
+"$here/.venv/bin/python" -m grpc_tools.protoc -I "$root/proto" \
   --python_out="$here/gen" --grpc_python_out="$here/gen" \
-  --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
   paylink/v1/link_service.proto google/rpc/status.proto

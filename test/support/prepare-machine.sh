@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs before `npm test` (npm's pretest): makes a fresh machine ready for the
 # suite. Installs Debian's Chromium (the browser test), nats-server (the
-# webhook tests start private servers of their own), and protoc, gRPC's
-# Python plugin and python3-grpcio (the client examples) when they are missing,
+# webhook tests start private servers of their own) and python3-venv (the
+# Python client example installs grpcio-tools into a venv) when missing,
 # and starts the machine's PostgreSQL when it is installed but not running.
 # Quick when everything is already there.
 set -euo pipefail
@@ -10,10 +10,8 @@ set -euo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
-# The client examples (test/examples.test.ts): Python's gRPC and the generators.
-command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
-command -v grpc_python_plugin >/dev/null 2>&1 || missing+=(protobuf-compiler-grpc)
-/usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || missing+=(python3-grpcio)
+# The Python client example (test/examples.test.ts) makes a venv.
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${missing[*]}"
