@@ -4,6 +4,7 @@
 // (gRPC metadata x-request-id and traceparent; a batch item carries them as
 // fields of its own).
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, RawRequestDefaultExpression } from "fastify";
+import type { Bindings, ChildLoggerOptions, Logger } from "pino";
 import { type OpenSpan, startSpan, telemetryOn } from "../services/shared/telemetry.js";
 import { type TraceContext, traceFrom, traceHeaders } from "../services/shared/trace-context.js";
 
@@ -12,9 +13,9 @@ const spans = new WeakMap<object, OpenSpan>();
 
 /** Fastify's childLoggerFactory: the request's logger, with its traceId. */
 export function tracedChildLogger(
-  logger: FastifyBaseLogger,
+  logger: Logger,
   bindings: { requestId?: string },
-  opts: object,
+  opts: ChildLoggerOptions,
   raw: RawRequestDefaultExpression,
 ): FastifyBaseLogger {
   const trace = traceFrom(raw.headers.traceparent, bindings.requestId);
@@ -24,7 +25,59 @@ export function tracedChildLogger(
     spans.set(raw, span);
   }
   traces.set(raw, trace);
-  return logger.child({ ...bindings, traceId: trace.traceId }, opts);
+  return new RequestLogger(logger, { ...bindings, traceId: trace.traceId }, opts);
+}
+
+/**
+ * A request's logger that becomes a pino child only when a line passes its
+ * level. At LOG_LEVEL=warn most requests never log, and a pino child per
+ * request (its bindings serialised up front) was 4 % of the gateway's CPU
+ * in a profile of 32 connections of gets.
+ */
+class RequestLogger {
+  #child: Logger | undefined;
+  constructor(
+    private readonly parent: Logger,
+    private readonly bindings: Bindings,
+    private readonly opts: ChildLoggerOptions,
+  ) {}
+
+  private get logger(): Logger {
+    return (this.#child ??= this.parent.child(this.bindings, this.opts));
+  }
+  private enabled(level: string): boolean {
+    const { values } = this.parent.levels;
+    return values[level]! >= values[this.level]!;
+  }
+
+  get level(): string {
+    return this.#child?.level ?? this.opts.level ?? this.parent.level;
+  }
+  set level(level: string) {
+    this.logger.level = level;
+  }
+  child(bindings: Bindings, opts?: ChildLoggerOptions): Logger {
+    return this.logger.child(bindings, opts);
+  }
+  fatal(...args: Parameters<Logger["fatal"]>) {
+    if (this.enabled("fatal")) this.logger.fatal(...args);
+  }
+  error(...args: Parameters<Logger["error"]>) {
+    if (this.enabled("error")) this.logger.error(...args);
+  }
+  warn(...args: Parameters<Logger["warn"]>) {
+    if (this.enabled("warn")) this.logger.warn(...args);
+  }
+  info(...args: Parameters<Logger["info"]>) {
+    if (this.enabled("info")) this.logger.info(...args);
+  }
+  debug(...args: Parameters<Logger["debug"]>) {
+    if (this.enabled("debug")) this.logger.debug(...args);
+  }
+  trace(...args: Parameters<Logger["trace"]>) {
+    if (this.enabled("trace")) this.logger.trace(...args);
+  }
+  silent() {}
 }
 
 /** The metadata that carries the request's ids to the LinkService. */
