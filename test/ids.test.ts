@@ -1,0 +1,24 @@
+// Link ids are UUIDv7 drawn from a random pool (services/shared/ids.ts):
+// well formed, never repeated, and in the order they were made, also many
+// within one millisecond and across the pool's refills.
+import { expect, it } from "vitest";
+import { isLinkId, KEY_ID, newKeyId, newLinkId, newPaymentId } from "../services/shared/ids.js";
+
+it("makes well-formed, distinct link ids that sort in the order they were made", () => {
+  const ids = Array.from({ length: 20_000 }, () => newLinkId());
+  expect(ids.every(isLinkId)).toBe(true);
+  expect(new Set(ids).size).toBe(ids.length);
+  expect([...ids].sort()).toEqual(ids);
+  // Many per millisecond: the counter, not the clock, orders most of them.
+  const perMs = new Set(ids.map((id) => id.slice(4, 17))).size;
+  expect(perMs).toBeLessThan(ids.length / 10);
+});
+
+it("keeps the order and the random part across prefixes and pool refills", () => {
+  const ids = Array.from({ length: 1000 }, (_, i) => [newLinkId, newPaymentId, newKeyId][i % 3]!().slice(4));
+  expect([...ids].sort()).toEqual(ids);
+  expect(KEY_ID.test(newKeyId())).toBe(true);
+  expect(newPaymentId()).toMatch(/^pay-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  // The last 48 bits are random: no two ids share them.
+  expect(new Set(ids.map((id) => id.slice(-12))).size).toBe(ids.length);
+});
