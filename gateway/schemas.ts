@@ -159,9 +159,10 @@ export const LinkEvent = Type.Object(
 
 export const LinkEventList = Type.Object({ data: Type.Array(Type.Ref("LinkEvent")) }, { additionalProperties: false });
 
-// The card's values are the LinkService's alone to judge (its words say so
-// in the descriptions): it counts a card it refuses as a failed attempt on
-// the link, after its own earlier checks, so no schema may refuse one first.
+// The card's values (a month 1 to 12, a CVC of 3 or 4 digits, ...) are
+// described, not asserted: the LinkService judges them after its own earlier
+// checks and counts a card it refuses as a failed attempt on the link, so no
+// schema may refuse one first.
 export const Pay = Type.Object(
   {
     payment_method: PaymentMethod,
@@ -213,7 +214,6 @@ const LINK_ERRORS = { ...MERCHANT_ERRORS, 404: "`Link not found`" };
 const LIVE_LINK_ERRORS = { ...LINK_ERRORS, 409: "`Link has already been used`", 410: "`Link has expired`" };
 
 const clientIdHeader = Type.Object({ "client-id": Str("The merchant; required on every /v1 request") });
-const idempotencyKey = (description: string) => Type.Optional(Str(`1 to 255 characters; ${description}`, { minLength: 1, maxLength: 255 }));
 /** Public routes: no merchant credentials. */
 const open = { security: [] };
 
@@ -228,7 +228,7 @@ export const ROUTE_SCHEMAS = {
       summary: "Create a link",
       headers: Type.Object({
         ...clientIdHeader.properties,
-        "idempotency-key": idempotencyKey("replays the first answer for 24 h"),
+        "idempotency-key": Type.Optional(Str("1 to 255 characters; replays the first answer for 24 h", { minLength: 1, maxLength: 255 })),
       }),
       body: CreateLink,
       response: {
