@@ -12,6 +12,7 @@ import { clientIdRequired } from "../services/shared/rpc-errors.js";
 import { authenticationFirst, callerRefusal, hasClientId } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { registerOpenApi } from "./openapi.js";
+import { AJV_OPTIONS, describeSchemaError } from "./request-rules.js";
 import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
@@ -40,6 +41,12 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     } as object,
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit: BODY_LIMIT,
+    // Every route's request schema runs (schemas.ts). A route that takes
+    // input words the failures in the contract's order (request-rules.ts);
+    // on any other, a failure would be a schema the code does not share: a
+    // 400 naming Ajv's error.
+    ajv: AJV_OPTIONS,
+    schemaErrorFormatter: (errors, part) => new Error(describeSchemaError(errors[0]!, part)),
     // Our own id on every request; a caller's id is kept when it is sane.
     genReqId: (req) => {
       const given = req.headers["x-request-id"];

@@ -1,164 +1,172 @@
-// REST JSON <-> LinkService messages. Only what protobuf cannot say is
-// checked here: unknown fields, JSON types, empty arrays, and amounts that
-// are not a whole number of the currency's minor units. Every other rule
-// lives in the LinkService, so REST and gRPC share it.
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+// REST JSON <-> LinkService messages, and the gateway's rules for a create
+// request: where it judges what Ajv finds wrong with the body (CREATE_LINK,
+// in the contract's order) and the rules no schema can say: lone
+// surrogates, amounts finer than the currency's minor unit, a repeated
+// Idempotency-Key. Every value rule is the LinkService's, so REST and gRPC
+// share it. A body reaches the conversion with the shape its schema gives.
+import { create } from "@bufbuild/protobuf";
 import { type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
+import type { Static } from "@sinclair/typebox";
+import type { FastifyRequest } from "fastify";
 import {
   type CreateLinkRequest,
   CreateLinkRequestSchema,
   type Link,
   type LinkData,
-  LinkDataSchema,
   LinkType,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { currencyDigits, fromMinorUnits, isKnownCurrency, toMinorUnits } from "../services/shared/money.js";
 import { methodFromName, methodName, statusName } from "../services/shared/names.js";
-import { badRequest } from "./errors.js";
+import { type Place, pointerSegment, type Report, type RequestRules, SHAPE } from "./request-rules.js";
+import { headerCount } from "./routing.js";
+import type { CreateLink } from "./schemas.js";
 
 type Json = Record<string, unknown>;
+type CreateLinkJson = Static<typeof CreateLink>;
+type LinkDataJson = CreateLinkJson["data"];
 
 const INT64_MAX = 2n ** 63n - 1n;
 const INT32_MAX = 2 ** 31 - 1;
-
 
 export function isObject(value: unknown): value is Json {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-/** Refuses fields the contract does not define; a typo must never pass silently. */
-export function fields(
-  value: unknown,
-  path: string,
-  allowed: readonly string[],
-  unknown = (key: string) => `Unknown field ${path ? `${path}.` : ""}${key}`,
-): Json {
-  if (!isObject(value)) throw badRequest(`${path} must be an object`);
-  for (const key of Object.keys(value)) {
-    if (!allowed.includes(key)) throw badRequest(unknown(key));
-  }
-  return value;
-}
-
-export function string(value: unknown, path: string): string | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "string") throw badRequest(`${path} must be a string`);
-  return unicode(value, path);
-}
-
 // JSON can spell a lone UTF-16 surrogate ("\ud800"); protobuf's UTF-8 cannot,
 // and would silently turn it into U+FFFD. Refuse it instead.
 const LONE_SURROGATE = /\p{Surrogate}/u;
-function unicode(value: string, path: string): string {
-  if (LONE_SURROGATE.test(value)) throw badRequest(`${path} must be valid Unicode text`);
-  return value;
+const notUnicode = (value: unknown) => typeof value === "string" && LONE_SURROGATE.test(value);
+/** Reports a string of `value` at `at` that is not Unicode text. */
+export function unicodeText(report: Report, value: unknown, at: string): void {
+  if (notUnicode(value)) report(at, (path) => `${path} must be valid Unicode text`);
 }
 
-/**
- * A JSON integer, clamped to int32 so the service's range check answers for
- * it. `message` lets a ranged field refuse "3600" with the same words as 59.
- */
-export function integer(value: unknown, path: string, message = `${path} must be an integer`): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value)) throw badRequest(message);
-  return Math.max(-INT32_MAX - 1, Math.min(INT32_MAX, value));
-}
+/** Clamped to int32, so the LinkService's range check answers for any JSON integer. */
+export const int32 = (value: number) => Math.max(-INT32_MAX - 1, Math.min(INT32_MAX, value));
 
-function array(value: unknown, path: string, empty: string): unknown[] | undefined {
-  if (value === undefined) return undefined;
-  if (!Array.isArray(value)) throw badRequest(`${path} must be an array`);
-  if (value.length === 0) throw badRequest(empty);
-  return value;
-}
-
-/** Major units to minor units of `currency`, clamped to int64. */
-function money(value: unknown, path: string, currency: string): bigint {
-  if (value === undefined) throw badRequest(`${path} is required`);
-  if (typeof value !== "number" || !Number.isFinite(value)) throw badRequest(`${path} must be a number`);
+/** Only ASCII letters are uppercased: the LinkService refuses anything else as a currency ("ınr" uppercases to INR). */
+const currencyOf = (raw: string) => (/^[A-Za-z]{3}$/.test(raw) ? raw.toUpperCase() : raw);
+/** Minor units of a known currency, or undefined when `value` is finer than its minor unit. */
+function minorUnits(value: number, currency: string): bigint | undefined {
   // An unknown currency has no precision to check; the LinkService refuses
   // the currency itself before it looks at any amount.
   if (!isKnownCurrency(currency)) return 0n;
-  const digits = currencyDigits(currency);
-  const minor = toMinorUnits(value, digits);
-  if (minor === undefined) {
-    throw badRequest(`${path} must have at most ${digits} decimal places for ${currency}`);
-  }
-  return minor > INT64_MAX ? INT64_MAX : minor < -INT64_MAX ? -INT64_MAX : minor;
+  const minor = toMinorUnits(value, currencyDigits(currency));
+  return minor === undefined ? undefined : minor > INT64_MAX ? INT64_MAX : minor < -INT64_MAX ? -INT64_MAX : minor;
 }
 
-const LINK_FIELDS = ["type", "expires_in", "data", "metadata"] as const;
-const DATA_FIELDS = [
-  "amount",
-  "description",
-  "items",
-  "merchant_id",
-  "merchant_name",
-  "customer",
-  "allowed_payment_methods",
-  "redirect_url",
-  "cancel_url",
-] as const;
+const { type, required, additionalProperties } = SHAPE;
+const object = { type, additionalProperties };
+const text = { words: { type }, code: true } as const;
+const ITEM = "/data/items/#";
+const IDEMPOTENCY_KEY = "Idempotency-Key";
 
-export function createLinkRequestFromJson(body: unknown, idempotencyKey: string | undefined): CreateLinkRequest {
-  const json = fields(body, "", LINK_FIELDS);
+/** POST /v1/links. Each value rule not named here is the LinkService's. */
+export const CREATE_LINK: RequestRules = {
+  part: "body",
+  places: [
+    { at: "", words: { type } },
+    { at: IDEMPOTENCY_KEY, code: true },
+    { at: "", words: { additionalProperties } },
+    { at: "/expires_in", words: { type: "expires_in must be an integer from 60 to 86400" } },
+    { at: "/data", words: object },
+    { at: "/data/amount", words: { required, ...object } },
+    { at: "/data/amount/currency", ...text },
+    { at: "/data/items", words: { type, minItems: "data.items must contain 1 to 100 items" } },
+    { at: "/data/allowed_payment_methods", words: { type, minItems: "data.allowed_payment_methods must not be empty" } },
+    { at: "/data/customer", words: object },
+    { at: "/data/amount/value", words: { required, type }, code: true },
+    { at: "/data/description", ...text },
+    { at: ITEM, words: object },
+    { at: `${ITEM}/name`, ...text },
+    { at: `${ITEM}/description`, ...text },
+    { at: `${ITEM}/quantity`, words: { type: (path) => `${path} must be an integer from 1 to 10000` } },
+    { at: `${ITEM}/amount`, words: { required, type }, code: true },
+    ...["merchant_id", "merchant_name", "customer/name", "customer/email", "customer/phone", "allowed_payment_methods/#", "redirect_url", "cancel_url"].map(
+      (field): Place => ({ at: `/data/${field}`, ...text }),
+    ),
+    { at: "/metadata", words: { type } },
+    { at: "/metadata/*", ...text },
+  ],
+  code: reportCreateLinkRules,
+};
+
+function reportCreateLinkRules(body: unknown, req: FastifyRequest, report: Report): void {
+  // Joined, two keys would make a third that matches neither request.
+  if (headerCount(req, "idempotency-key") > 1) report(IDEMPOTENCY_KEY, "Idempotency-Key header must be given once");
+  if (!isObject(body)) return;
+  const data = isObject(body.data) ? body.data : {};
+  const amount = isObject(data.amount) ? data.amount : {};
+  unicodeText(report, amount.currency, "/data/amount/currency");
+  const currency = currencyOf(typeof amount.currency === "string" ? amount.currency : "");
+  const money = (value: unknown, at: string) => {
+    if (typeof value === "number" && minorUnits(value, currency) === undefined) {
+      report(at, (path) => `${path} must have at most ${currencyDigits(currency)} decimal places for ${currency}`);
+    }
+  };
+  money(amount.value, "/data/amount/value");
+  unicodeText(report, data.description, "/data/description");
+  if (Array.isArray(data.items)) {
+    data.items.forEach((item: unknown, i) => {
+      if (!isObject(item)) return;
+      unicodeText(report, item.name, `/data/items/${i}/name`);
+      unicodeText(report, item.description, `/data/items/${i}/description`);
+      money(item.amount, `/data/items/${i}/amount`);
+    });
+  }
+  for (const field of ["merchant_id", "merchant_name", "redirect_url", "cancel_url"]) unicodeText(report, data[field], `/data/${field}`);
+  if (isObject(data.customer)) {
+    for (const field of ["name", "email", "phone"]) unicodeText(report, data.customer[field], `/data/customer/${field}`);
+  }
+  if (Array.isArray(data.allowed_payment_methods)) {
+    data.allowed_payment_methods.forEach((method: unknown, i) => unicodeText(report, method, `/data/allowed_payment_methods/${i}`));
+  }
+  if (isObject(body.metadata)) {
+    for (const key in body.metadata) {
+      const value = body.metadata[key];
+      if (!notUnicode(key) && !notUnicode(value)) continue;
+      const at = `/metadata/${pointerSegment(key)}`;
+      if (notUnicode(key)) report(at, `metadata key ${JSON.stringify(key.slice(0, 60))} must be valid Unicode text`);
+      unicodeText(report, value, at);
+    }
+  }
+}
+
+/**
+ * A body whose shape passed its schema; what is left to judge (a missing
+ * `type` or `data`, any range) is the LinkService's, so such fields may still
+ * be absent here, and numbers are clamped for it to refuse.
+ */
+export function createLinkRequestFromJson(json: CreateLinkJson, idempotencyKey: string | undefined): CreateLinkRequest {
   return create(CreateLinkRequestSchema, {
     type: json.type === "payment" ? LinkType.PAYMENT : LinkType.UNSPECIFIED,
-    expiresIn: integer(json.expires_in, "expires_in", "expires_in must be an integer from 60 to 86400"),
+    expiresIn: json.expires_in === undefined ? undefined : int32(json.expires_in),
     data: json.data === undefined ? undefined : linkDataFromJson(json.data),
-    metadata: metadataFromJson(json.metadata),
+    metadata: json.metadata ?? {},
     idempotencyKey,
   });
 }
 
-function linkDataFromJson(value: unknown): MessageInitShape<typeof LinkDataSchema> {
-  const data = fields(value, "data", DATA_FIELDS);
-  if (data.amount === undefined) throw badRequest("data.amount is required");
-  const amount = fields(data.amount, "data.amount", ["value", "currency"]);
-  const rawCurrency = string(amount.currency, "data.amount.currency") ?? "";
-  // Only ASCII letters are uppercased here: the LinkService refuses anything else as a currency.
-  const currency = /^[A-Za-z]{3}$/.test(rawCurrency) ? rawCurrency.toUpperCase() : rawCurrency;
-  const items = array(data.items, "data.items", "data.items must contain 1 to 100 items");
-  const methods = array(
-    data.allowed_payment_methods,
-    "data.allowed_payment_methods",
-    "data.allowed_payment_methods must not be empty",
-  );
-  const customer = data.customer === undefined ? undefined : fields(data.customer, "data.customer", ["name", "email", "phone"]);
+function linkDataFromJson(data: LinkDataJson) {
+  const rawCurrency = data.amount.currency ?? "";
+  const currency = currencyOf(rawCurrency);
+  const money = (value: number) => minorUnits(value, currency) ?? 0n;
   return {
-    amount: { value: money(amount.value, "data.amount.value", currency), currency: rawCurrency },
-    description: string(data.description, "data.description"),
-    items: items?.map((raw, i) => {
-      const at = `data.items[${i}]`;
-      const item = fields(raw, at, ["name", "description", "quantity", "amount"]);
-      return {
-        name: string(item.name, `${at}.name`) ?? "",
-        description: string(item.description, `${at}.description`),
-        quantity: integer(item.quantity, `${at}.quantity`, `${at}.quantity must be an integer from 1 to 10000`) ?? 0,
-        amount: money(item.amount, `${at}.amount`, currency),
-      };
-    }),
-    merchantId: string(data.merchant_id, "data.merchant_id"),
-    merchantName: string(data.merchant_name, "data.merchant_name"),
-    customer: customer && {
-      name: string(customer.name, "data.customer.name"),
-      email: string(customer.email, "data.customer.email"),
-      phone: string(customer.phone, "data.customer.phone"),
-    },
-    allowedPaymentMethods: methods?.map((m, i) => methodFromName(string(m, `data.allowed_payment_methods[${i}]`)!)),
-    redirectUrl: string(data.redirect_url, "data.redirect_url"),
-    cancelUrl: string(data.cancel_url, "data.cancel_url"),
+    amount: { value: money(data.amount.value), currency: rawCurrency },
+    description: data.description,
+    items: data.items?.map((item) => ({
+      name: item.name ?? "",
+      description: item.description,
+      quantity: int32(item.quantity ?? 0),
+      amount: money(item.amount),
+    })),
+    merchantId: data.merchant_id,
+    merchantName: data.merchant_name,
+    customer: data.customer && { name: data.customer.name, email: data.customer.email, phone: data.customer.phone },
+    allowedPaymentMethods: data.allowed_payment_methods?.map(methodFromName),
+    redirectUrl: data.redirect_url,
+    cancelUrl: data.cancel_url,
   };
-}
-
-function metadataFromJson(value: unknown): Record<string, string> {
-  if (value === undefined) return {};
-  if (!isObject(value)) throw badRequest("metadata must be an object");
-  for (const [key, v] of Object.entries(value)) {
-    unicode(key, `metadata key ${JSON.stringify(key.slice(0, 60))}`);
-    if (typeof v !== "string") throw badRequest(`metadata.${key} must be a string`);
-    unicode(v, `metadata.${key}`);
-  }
-  return value as Record<string, string>;
 }
 
 const iso = (ts: Timestamp | undefined) => (ts ? timestampDate(ts).toISOString() : undefined);

@@ -1,9 +1,11 @@
 // The gateway's Prometheus metrics: one histogram of request durations by
 // method, route pattern (never the raw URL, whose ids would be unbounded)
 // and status code, observed once per answer with the time Fastify already
-// keeps. Served by startGateway on GATEWAY_METRICS_PORT, never on the public port.
+// keeps; and a count of requests a route schema refused that the
+// LinkService takes (request-rules.ts), which should stay 0. Served by
+// startGateway on GATEWAY_METRICS_PORT, never on the public port.
 import type { FastifyInstance } from "fastify";
-import { Histogram, type Registry } from "prom-client";
+import { Counter, Histogram, type Registry } from "prom-client";
 import { createRegistry, DURATION_BUCKETS } from "../services/shared/metrics.js";
 
 export function createGatewayMetrics(registry: Registry = createRegistry()) {
@@ -14,8 +16,14 @@ export function createGatewayMetrics(registry: Registry = createRegistry()) {
     buckets: DURATION_BUCKETS,
     registers: [registry],
   });
+  const schemaDisagreements = new Counter({
+    name: "paylink_gateway_schema_disagreements_total",
+    help: "Requests a route schema refused that the LinkService takes: a schema bug (answered 400 naming Ajv's error).",
+    registers: [registry],
+  });
   return {
     registry,
+    schemaDisagreements,
     /** Observes every answer of the app, 404s (route "unmatched") included. */
     register(app: FastifyInstance): void {
       app.addHook("onResponse", (req, reply, done) => {

@@ -1,6 +1,7 @@
 // The merchant's REST API under /v1: JSON in, LinkService calls, JSON out.
 import { Readable } from "node:stream";
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest, RequestPayload } from "fastify";
+import type { Static } from "@sinclair/typebox";
 import { create } from "@bufbuild/protobuf";
 import {
   type Link,
@@ -9,17 +10,32 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { asCaller, caller, hasClientId, markIdentified } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
-import { route } from "./routing.js";
+import { headerCount, route } from "./routing.js";
 import { ROUTE_SCHEMAS } from "./schemas.js";
 import { clientKey, limitFor } from "./rate-limits.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { linkEventToJson, paymentToJson } from "./event-json.js";
-import { createLinkRequestFromJson, fields, isObject, linkToJson } from "./link-json.js";
+import { CREATE_LINK, createLinkRequestFromJson, isObject, linkToJson } from "./link-json.js";
+import { judge, type RequestRules, schemaDisagreement } from "./request-rules.js";
+
+type ListQuery = Static<typeof ROUTE_SCHEMAS.links.GET.querystring>;
+
+/** GET /v1/links: the query's rules are all the gateway's. */
+const LIST_LINKS: RequestRules = {
+  part: "querystring",
+  places: [
+    { at: "", words: { additionalProperties: (_path, e) => `Unknown query parameter ${e.params.additionalProperty}` } },
+    // A value given twice arrives as an array.
+    { at: "/limit", words: { type: "limit must be given once", pattern: "limit must be an integer from 1 to 100" } },
+    { at: "/starting_after", words: { type: "starting_after must be given once" } },
+    { at: "/status", words: { type: "status must be given once", enum: "status must be one of created, used, expired" } },
+  ],
+};
 
 /** Registered with prefix /v1. */
-export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateLimitClient }) => {
+export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateLimitClient, metrics }) => {
   const { links } = clients;
   const limited = limitFor(rateLimitClient, clientKey);
 
@@ -41,28 +57,35 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateL
 
   route(v1, "/links", {
     async POST(req, reply) {
-      if (!isObject(req.body)) throw badRequest(INVALID_JSON);
-      // Joined, two keys would make a third that matches neither request.
-      if (headerCount(req, "idempotency-key") > 1) throw badRequest("Idempotency-Key header must be given once");
+      const refused = judge(req, CREATE_LINK);
       const key = req.headers["idempotency-key"];
-      const request = createLinkRequestFromJson(req.body, typeof key === "string" ? key : undefined);
+      const request = createLinkRequestFromJson(req.body as Static<typeof ROUTE_SCHEMAS.links.POST.body>, typeof key === "string" ? key : undefined);
+      if (refused) {
+        // A rule the LinkService words: it checks the request and creates nothing.
+        request.validateOnly = true;
+        await clients.createLink(caller(req), request);
+        throw schemaDisagreement(req, refused, metrics);
+      }
       const res = await clients.createLink(caller(req), request);
       if (res.replayed) reply.header("idempotent-replayed", "true");
       return sendLink(reply.code(201).header("location", `/v1/links/${res.link!.id}`), res.link!);
     },
     async GET(req, reply) {
-      const query = fields(req.query, "query", ["limit", "starting_after", "status"], (name) => `Unknown query parameter ${name}`);
+      const refused = judge(req, LIST_LINKS);
+      if (refused) throw schemaDisagreement(req, refused, metrics);
+      const query = req.query as ListQuery;
       const res = await links.listLinks(
         create(ListLinksRequestSchema, {
-          limit: queryInteger(query.limit, "limit", "limit must be an integer from 1 to 100"),
-          startingAfter: queryString(query.starting_after, "starting_after"),
-          status: query.status === undefined ? LinkStatus.UNSPECIFIED : queryStatus(query.status),
+          // The LinkService judges the range, and that starting_after names a link.
+          limit: query.limit === undefined ? undefined : Number(query.limit),
+          startingAfter: query.starting_after,
+          status: query.status === undefined ? LinkStatus.UNSPECIFIED : statusFromName(query.status),
         }),
         asCaller(req),
       );
       return reply.send({ data: res.links.map(linkToJson), has_more: res.hasMore });
     },
-  }, { ...limited, schema: ROUTE_SCHEMAS.links });
+  }, { ...limited, schema: ROUTE_SCHEMAS.links, attachValidation: true });
 
   route(v1, "/links/:id", {
     async GET(req, reply) {
@@ -137,32 +160,6 @@ async function emptyChunkedIsNoBody(req: FastifyRequest, _reply: FastifyReply, p
   );
 }
 
-function headerCount(req: FastifyRequest, name: string): number {
-  let n = 0;
-  for (let i = 0; i < req.raw.rawHeaders.length; i += 2) if (req.raw.rawHeaders[i]!.toLowerCase() === name) n++;
-  return n;
-}
-
 function sendLink(reply: FastifyReply, link: Link): FastifyReply {
   return reply.type("application/json; charset=utf-8").send(linkToJson(link));
 }
-
-function queryString(value: unknown, name: string): string | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "string") throw badRequest(`${name} must be given once`);
-  return value;
-}
-
-function queryInteger(value: unknown, name: string, message: string): number | undefined {
-  const raw = queryString(value, name);
-  if (raw === undefined) return undefined;
-  if (!/^\d{1,9}$/.test(raw)) throw badRequest(message);
-  return Number(raw);
-}
-
-function queryStatus(value: unknown): LinkStatus {
-  const status = statusFromName(queryString(value, "status") ?? "");
-  if (status === LinkStatus.UNSPECIFIED) throw badRequest("status must be one of created, used, expired");
-  return status;
-}
-

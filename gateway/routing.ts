@@ -13,14 +13,23 @@ export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
   return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
 }
 
+/** How many times the request names a header (Node joins repeats into one value). */
+export function headerCount(req: FastifyRequest, name: string): number {
+  let n = 0;
+  for (let i = 0; i < req.raw.rawHeaders.length; i += 2) if (req.raw.rawHeaders[i]!.toLowerCase() === name) n++;
+  return n;
+}
+
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
 
 export interface RouteSettings {
   logLevel?: LogLevel;
   config?: object;
   preParsing?: RouteOptions["preParsing"];
-  /** Per method, for the OpenAPI document (schemas.ts). */
+  /** Per method: what Fastify's Ajv checks a request against, and the OpenAPI document shows (schemas.ts). */
   schema?: Partial<Record<"GET" | "POST", FastifySchema>>;
+  /** The handlers word the schema's failures (request-rules.ts judge()); else Fastify answers 400 naming Ajv's. */
+  attachValidation?: boolean;
 }
 
 /** Registers a path's handlers; every other method answers 405 with Allow. */

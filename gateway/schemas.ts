@@ -1,11 +1,19 @@
-// The REST contract as JSON Schema (TypeBox), one schema per route: what
-// @fastify/swagger turns into /openapi.json. The contract's checks and their
-// messages stay in link-json.ts and pay-json.ts, in the contract's order
-// (see app.ts: these schemas document and are checked against every answer
-// of the test suite; they do not replace those checks).
+// The REST contract as JSON Schema (TypeBox), one schema per route. Fastify's
+// Ajv checks each request against its route's params, query, headers and
+// body before the handler runs, and @fastify/swagger turns the same schemas
+// into /openapi.json. What a failure answers, in the contract's words and
+// order, is request-rules.ts's; rules no keyword can say (decimal places per
+// currency, blank or NUL text, URLs as a browser parses them) stay in code.
+// A request schema never refuses what the contract takes: the LinkService
+// judges the same values, and may only be stricter. Answers are serialised
+// as they are (openapi.ts); the test suite checks each against its schema.
 import { type TSchema, Type } from "@sinclair/typebox";
+import { LINK_STATUS_NAMES, PAYMENT_METHOD_NAMES } from "../services/shared/names.js";
 
 const Str = (description: string, extra: object = {}) => Type.String({ description, ...extra });
+/** A string from a fixed list, as the `enum` a reader expects. */
+const StringEnum = <T extends string>(values: readonly T[], description?: string) =>
+  Type.Unsafe<T>({ type: "string", enum: [...values], ...(description && { description }) });
 const Time = (description: string) => Type.String({ format: "date-time", description });
 
 export const ErrorBody = Type.Object(
@@ -26,12 +34,17 @@ const Item = Type.Object(
     name: Str("", { minLength: 1, maxLength: 200 }),
     description: Type.Optional(Str("", { maxLength: 1000 })),
     quantity: Type.Integer({ minimum: 1, maximum: 10_000 }),
-    amount: Type.Number({ minimum: 0, description: "The price of one unit" }),
+    amount: Type.Number({ minimum: 0, maximum: 1_000_000_000, description: "The price of one unit, with the currency's decimal places" }),
   },
   { additionalProperties: false },
 );
 
-const PaymentMethod = Type.Union([Type.Literal("card"), Type.Literal("bank_transfer")]);
+// The names the LinkService reads, from the same table, so neither refuses what the other takes.
+const PaymentMethod = StringEnum(PAYMENT_METHOD_NAMES);
+const LinkStatus = StringEnum(LINK_STATUS_NAMES);
+// Not `format: "uri"`: the LinkService reads a URL as a browser does (WHATWG),
+// which takes some that RFC 3986 does not ("https://shop.test/a b").
+const HttpUrl = (description: string) => Str(`${description}: an absolute http or https URL`, { maxLength: 2048 });
 
 const LinkData = Type.Object(
   {
@@ -51,15 +64,15 @@ const LinkData = Type.Object(
       ),
     ),
     allowed_payment_methods: Type.Optional(Type.Array(PaymentMethod, { minItems: 1, uniqueItems: true })),
-    redirect_url: Type.Optional(Str("Absolute http or https URL", { format: "uri", maxLength: 2048 })),
-    cancel_url: Type.Optional(Str("Absolute http or https URL", { format: "uri", maxLength: 2048 })),
+    redirect_url: Type.Optional(HttpUrl("Where the customer goes after paying")),
+    cancel_url: Type.Optional(HttpUrl("Where the customer goes on cancelling")),
   },
   { additionalProperties: false },
 );
 
 const Metadata = Type.Object(
   {
-    webhook: Type.Optional(Str("Where payment.completed is POSTed: an absolute http/https URL", { format: "uri", maxLength: 2048 })),
+    webhook: Type.Optional(HttpUrl("Where payment.completed is POSTed")),
     api_key: Type.Optional(Str("Printable ASCII; sent back in the webhook's Api-Key header", { maxLength: 500 })),
   },
   {
@@ -75,7 +88,7 @@ export const Link = Type.Object(
     id: Str("lnk- and a UUIDv7"),
     url: Str("Where the customer pays: CHECKOUT_BASE_URL/link/{id}", { format: "uri" }),
     type: Type.Literal("payment"),
-    status: Type.Union([Type.Literal("created"), Type.Literal("used"), Type.Literal("expired")]),
+    status: LinkStatus,
     data: LinkData,
     client_id: Str("The merchant that owns the link"),
     expires_at: Time("created_at + expires_in"),
@@ -110,7 +123,7 @@ export const Payment = Type.Object(
     payment_method: PaymentMethod,
     card: Type.Optional(
       Type.Object(
-        { brand: Type.Union(["visa", "mastercard", "amex", "discover", "unknown"].map((b) => Type.Literal(b))), last4: Str("", { pattern: "^[0-9]{4}$" }) },
+        { brand: StringEnum(["visa", "mastercard", "amex", "discover", "unknown"]), last4: Str("", { pattern: "^[0-9]{4}$" }) },
         { additionalProperties: false },
       ),
     ),
@@ -126,7 +139,7 @@ export const LinkEvent = Type.Object(
     id: Str("The event id, also the webhook's Webhook-Id"),
     type: Str("payment.completed"),
     created_at: Time(""),
-    status: Type.Union(["pending", "delivered", "failed", "gone", "no_webhook"].map((s) => Type.Literal(s))),
+    status: StringEnum(["pending", "delivered", "failed", "gone", "no_webhook"]),
     attempts: Type.Array(
       Type.Object(
         {
@@ -146,19 +159,23 @@ export const LinkEvent = Type.Object(
 
 export const LinkEventList = Type.Object({ data: Type.Array(Type.Ref("LinkEvent")) }, { additionalProperties: false });
 
+// The card's values (a month 1 to 12, a CVC of 3 or 4 digits, ...) are
+// described, not asserted: the LinkService judges them after its own earlier
+// checks and counts a card it refuses as a failed attempt on the link, so no
+// schema may refuse one first.
 export const Pay = Type.Object(
   {
     payment_method: PaymentMethod,
     card: Type.Optional(
       Type.Object(
         {
-          number: Str("The card number"),
-          exp_month: Type.Integer({ minimum: 1, maximum: 12 }),
-          exp_year: Type.Integer(),
-          cvc: Str(""),
-          name: Type.Optional(Str("")),
+          number: Str("12 to 19 digits (spaces and dashes ignored) passing the Luhn check"),
+          exp_month: Type.Integer({ description: "1 to 12" }),
+          exp_year: Type.Integer({ description: "e.g. 2030 or 30; the card is good through the end of that month" }),
+          cvc: Str("3 or 4 digits"),
+          name: Type.Optional(Str("The cardholder, at most 200 characters")),
         },
-        { additionalProperties: false },
+        { additionalProperties: false, description: "Required with payment_method card, refused with bank_transfer" },
       ),
     ),
   },
@@ -224,11 +241,15 @@ export const ROUTE_SCHEMAS = {
       tags: ["links"],
       summary: "List the caller's links, newest first",
       headers: clientIdHeader,
-      querystring: Type.Object({
-        limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-        starting_after: Type.Optional(Str("A link id: the page after it")),
-        status: Type.Optional(Type.Union([Type.Literal("created"), Type.Literal("used"), Type.Literal("expired")])),
-      }),
+      // Query values are text, and Ajv coerces nothing: a number is a string of digits.
+      querystring: Type.Object(
+        {
+          limit: Type.Optional(Str("How many links, an integer from 1 to 100; default 20", { pattern: "^[0-9]{1,9}$", examples: ["20"] })),
+          starting_after: Type.Optional(Str("A link id: the page after it")),
+          status: Type.Optional(StringEnum(LINK_STATUS_NAMES, "Only links in this status")),
+        },
+        { additionalProperties: false },
+      ),
       response: { 200: { ...LinkList, description: "A page of links" }, ...errors(MERCHANT_ERRORS) },
     },
   },
@@ -303,6 +324,8 @@ export const ROUTE_SCHEMAS = {
       summary: "Pay a link",
       ...open,
       params: idParams,
+      // No length rule: the LinkService judges the key, after the method.
+      headers: Type.Object({ "idempotency-key": Type.Optional(Str("1 to 255 characters; a retry with it gets the first answer")) }),
       body: Pay,
       response: {
         200: { ...PayResult, description: "Paid" },

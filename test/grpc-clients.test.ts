@@ -201,6 +201,18 @@ describe.each(transports)("connect-es over %s", (_protocol, transport) => {
     expect(await failure(client.createLink(req, as(clientId)))).toEqual({ code: Code.InvalidArgument, message, reason: undefined });
   });
 
+  it("CreateLink with validate_only: CreateLink's refusals, idempotency_key's included, and nothing created", async () => {
+    const clientId = `client-validate-${_protocol}`;
+    const check = (req: CreateLinkRequest) => client.createLink({ ...req, validateOnly: true }, as(clientId));
+    expect((await check(request())).link).toBeUndefined();
+    expect(await failure(check(request({ expiresIn: 59 })))).toEqual({ code: Code.InvalidArgument, message: "expires_in must be an integer from 60 to 86400", reason: undefined });
+    expect(await failure(check({ ...request(), idempotencyKey: "" }))).toEqual({ code: Code.InvalidArgument, message: "Idempotency-Key must be 1 to 255 characters", reason: undefined });
+    // A key is checked, not claimed: the same key then creates, once.
+    expect((await check({ ...request(), idempotencyKey: "k" })).link).toBeUndefined();
+    expect((await client.listLinks({}, as(clientId))).links).toEqual([]);
+    expect((await client.createLink({ ...request(), idempotencyKey: "k" }, as(clientId))).replayed).toBe(false);
+  });
+
   it("GetLink: NotFound, PermissionDenied; used and expired links come back with their status", async () => {
     const { link } = await client.createLink(request({ expiresIn: 120 }), as("client-connect"));
     const id = link!.id;

@@ -1,48 +1,67 @@
-// The pay endpoint's JSON <-> CompletePayment. Only JSON shape is checked
-// here (unknown fields, types, presence); the card and link rules live in
-// the LinkService so gRPC callers get the same answers.
+// The pay endpoint's JSON <-> CompletePayment, and the gateway's rules for
+// its body: where it judges what Ajv finds wrong (PAY, in the contract's
+// order), lone surrogates, and card details sent with a bank transfer. The
+// card and link rules live in the LinkService so gRPC callers get the same
+// answers; it judges the card only for payment_method card, and so does
+// the gateway.
 import { create } from "@bufbuild/protobuf";
+import type { Static } from "@sinclair/typebox";
 import {
   type CompletePaymentRequest,
   CompletePaymentRequestSchema,
   type CompletePaymentResponse,
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
-import { badRequest, INVALID_JSON } from "../errors.js";
 import { methodFromName } from "../../services/shared/names.js";
-import { fields, integer, isObject, string } from "../link-json.js";
+import { int32, isObject, unicodeText } from "../link-json.js";
+import { type Report, type RequestRules, SHAPE } from "../request-rules.js";
+import type { Pay } from "../schemas.js";
 
-const PAY_FIELDS = ["payment_method", "card"] as const;
-const CARD_FIELDS = ["number", "exp_month", "exp_year", "cvc", "name"] as const;
+type PayJson = Static<typeof Pay>;
 
-export function paymentRequestFromJson(linkId: string, body: unknown): CompletePaymentRequest {
-  if (!isObject(body)) throw badRequest(INVALID_JSON);
-  const json = fields(body, "", PAY_FIELDS);
-  const name = string(json.payment_method, "payment_method");
-  if (name === undefined) throw badRequest("payment_method is required");
-  // An unknown method and a card missing for one are the LinkService's to refuse.
-  const method = methodFromName(name);
-  if (method === PaymentMethod.BANK_TRANSFER && json.card !== undefined) {
-    throw badRequest("card is only accepted with payment_method card");
-  }
+const { type, required, additionalProperties } = SHAPE;
+const forCard = (body: unknown) => isObject(body) && body.payment_method === "card";
+const cardField = { words: { required, type }, when: forCard } as const;
+
+/**
+ * POST /link/{id}/pay. What Ajv finds wrong beyond these is payment_method's
+ * value, which the LinkService refuses before anything else.
+ */
+export const PAY: RequestRules = {
+  part: "body",
+  places: [
+    { at: "", words: { type, additionalProperties } },
+    { at: "/payment_method", words: { required, type }, code: true },
+    { at: "/card", code: true },
+    { at: "/card", words: { type, additionalProperties }, when: forCard },
+    { at: "/card/number", ...cardField, code: true },
+    { at: "/card/exp_month", ...cardField },
+    { at: "/card/exp_year", ...cardField },
+    { at: "/card/cvc", ...cardField, code: true },
+    { at: "/card/name", words: { type }, when: forCard, code: true },
+  ],
+  code: reportPayRules,
+};
+
+function reportPayRules(body: unknown, _req: unknown, report: Report): void {
+  if (!isObject(body)) return;
+  unicodeText(report, body.payment_method, "/payment_method");
+  if (body.payment_method === "bank_transfer" && body.card !== undefined) report("/card", "card is only accepted with payment_method card");
+  if (body.payment_method !== "card" || !isObject(body.card)) return;
+  for (const field of ["number", "cvc", "name"]) unicodeText(report, body.card[field], `/card/${field}`);
+}
+
+/** A body whose shape passed its schema (PAY); an unknown method and a card missing for one are the LinkService's to refuse. */
+export function paymentRequestFromJson(linkId: string, json: PayJson): CompletePaymentRequest {
+  const method = methodFromName(json.payment_method);
   if (method !== PaymentMethod.CARD || json.card === undefined) {
     return create(CompletePaymentRequestSchema, { linkId, paymentMethod: method });
   }
-  const card = fields(json.card, "card", CARD_FIELDS);
-  const required = <T>(value: T | undefined, path: string): T => {
-    if (value === undefined) throw badRequest(`${path} is required`);
-    return value;
-  };
+  const { number, exp_month, exp_year, cvc, name } = json.card;
   return create(CompletePaymentRequestSchema, {
     linkId,
     paymentMethod: method,
-    card: {
-      number: required(string(card.number, "card.number"), "card.number"),
-      expMonth: required(integer(card.exp_month, "card.exp_month"), "card.exp_month"),
-      expYear: required(integer(card.exp_year, "card.exp_year"), "card.exp_year"),
-      cvc: required(string(card.cvc, "card.cvc"), "card.cvc"),
-      name: string(card.name, "card.name"),
-    },
+    card: { number, expMonth: int32(exp_month), expYear: int32(exp_year), cvc, name },
   });
 }
 

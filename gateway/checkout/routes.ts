@@ -1,10 +1,11 @@
 // The customer's checkout: the page at /link/{id} and its pay endpoint. No
 // Client-Id: the customer holds only the link id.
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import type { Static } from "@sinclair/typebox";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { GatewayDeps } from "../deps.js";
 import { route } from "../routing.js";
-import { ROUTE_SCHEMAS } from "../schemas.js";
+import { type Pay, ROUTE_SCHEMAS } from "../schemas.js";
 import { forwardTrace } from "../trace.js";
 import { httpErrorOf } from "../errors.js";
 import { limitFor } from "../rate-limits.js";
@@ -12,12 +13,13 @@ import { statusName } from "../../services/shared/names.js";
 import { linkStateError } from "../../services/shared/rpc-errors.js";
 import { sendPage } from "./layout.js";
 import { checkoutPage } from "./page.js";
-import { paymentRequestFromJson, paymentResultToJson } from "./pay-json.js";
+import { judge, schemaDisagreement } from "../request-rules.js";
+import { PAY, paymentRequestFromJson, paymentResultToJson } from "./pay-json.js";
 import { statusPage } from "./status-page.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
-export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, paylinkEnv, rateLimitPay }) => {
+export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, paylinkEnv, rateLimitPay, metrics }) => {
   const { links } = clients;
   const testMode = paylinkEnv === "test";
 
@@ -46,7 +48,14 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
     async POST(req, reply) {
       // Set first, so error answers are not cached either.
       reply.header("cache-control", "no-store");
-      const request = paymentRequestFromJson(idOf(req), req.body);
+      const refused = judge(req, PAY);
+      // What the schema leaves is payment_method's value, which the
+      // LinkService refuses before anything else, from the same names;
+      // anything more would be a schema the LinkService does not share.
+      if (refused?.validation.some((e) => !(e.instancePath === "/payment_method" && e.keyword === "enum"))) {
+        throw schemaDisagreement(req, refused, metrics);
+      }
+      const request = paymentRequestFromJson(idOf(req), req.body as Static<typeof Pay>);
       // CONTRACT "Retrying a payment": the LinkService checks and keeps it.
       const key = req.headers["idempotency-key"];
       if (typeof key === "string") request.idempotencyKey = key;
@@ -56,5 +65,5 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
       if (res.replayed) reply.header("idempotent-replayed", "true");
       return reply.send(paymentResultToJson(res));
     },
-  }, { ...limitFor(rateLimitPay), schema: ROUTE_SCHEMAS.pay });
+  }, { ...limitFor(rateLimitPay), schema: ROUTE_SCHEMAS.pay, attachValidation: true });
 };

@@ -22,7 +22,7 @@ import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./record
 import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
 import { type Authenticator, callerOf } from "./auth.js";
-import { validateCreateLink, validateListLinks } from "./validate.js";
+import { validateCreateLink, validateIdempotencyKey, validateListLinks } from "./validate.js";
 
 export interface LinkServiceDeps {
   db: Db;
@@ -53,6 +53,11 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
 
   async function createOne(clientId: string, req: CreateLinkRequest): Promise<CreateLinkResponse> {
     const input = validateCreateLink(req);
+    if (req.validateOnly) {
+      // AIP-163: every check CreateLink makes before it writes, and nothing written.
+      if (req.idempotencyKey !== undefined) validateIdempotencyKey(req.idempotencyKey);
+      return create(CreateLinkResponseSchema);
+    }
     const newRow = (now: Date) => ({
       id: newLinkId(),
       clientId,

@@ -30,6 +30,9 @@ const DELIVERY_STATUS_NAMES = invert(DELIVERY_STATUSES) as Map<DeliveryStatus, D
 
 /** Every payment method, in the order a checkout offers them. */
 export const PAYMENT_METHODS: readonly PaymentMethod[] = [...METHODS.values()];
+/** The names each is spelled with, as REST's schemas list them. */
+export const PAYMENT_METHOD_NAMES = [...METHODS.keys()] as MethodName[];
+export const LINK_STATUS_NAMES = [...STATUSES.keys()] as StatusName[];
 
 /** UNSPECIFIED for a name the API does not define. */
 export const statusFromName = (name: string): LinkStatus => STATUSES.get(name) ?? LinkStatus.UNSPECIFIED;

@@ -92,10 +92,19 @@ export async function startStack(opts: StackOptions = {}) {
     linksMetrics: links.metrics,
     linksMetricsUrl: `http://127.0.0.1:${links.metricsPort}/metrics`,
     gatewayMetricsUrl: `http://127.0.0.1:${gateway.metricsPort}/metrics`,
+    /**
+     * Also fails the suite when the gateway met a request its route schema
+     * refused but the LinkService takes: every suite's requests double as a
+     * check that no schema is stricter than the contract.
+     */
     async close() {
+      const disagreements = (await gateway.metrics.schemaDisagreements.get()).values[0]?.value ?? 0;
       await gateway.close();
       await links.close();
       await closeDb();
+      if (disagreements > 0) {
+        throw new Error(`a route schema refused ${disagreements} request(s) the LinkService takes (paylink_gateway_schema_disagreements_total)`);
+      }
     },
   };
 }
