@@ -16,10 +16,9 @@ import { createLeanGrpcTransport } from "./grpc-transport.js";
 import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 
 // One call of each kind in flight: the gateway and the LinkService share
-// the machine's cores, so a second call overlaps nothing and only halves the
-// batches. Measured with 32 connections: one in flight cost 10–20 % less CPU
-// per request in each process than two, and four cost more again; with 1 to
-// 8 connections, one was as fast or faster (README, Performance).
+// the machine's cores, so a second call overlaps little and only halves the
+// batches. Measured with 32 connections: two in flight cost 10–20 % more CPU
+// per request in each process and gave less throughput (README, Performance).
 const BATCHING = { maxInFlight: 1, maxBatch: 256 };
 // Every call carries a deadline the LinkService honours (grpc-timeout): a
 // dependency that is down answers 503 within 2 s, never a hang (CONTRACT

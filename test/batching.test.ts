@@ -46,6 +46,30 @@ describe("natural batching", () => {
     expect(batches).toEqual([[1], [2, 3, 4]]);
   });
 
+  it("sends the next batch before answering the callers of the last, and answers at once when nothing queued", async () => {
+    const events: string[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const batcher = createBatcher<number, number>(
+      async (items) => {
+        events.push(`send ${items}`);
+        // As Node's HTTP/2 session and postgres.js do: the bytes leave from setImmediate.
+        setImmediate(() => events.push(`written ${items}`));
+        if (items[0] === 1) await gate;
+        return items;
+      },
+      { maxInFlight: 1, maxBatch: 100 },
+    );
+    const first = batcher.add(1).then(() => events.push("answered 1"));
+    await new Promise((r) => setImmediate(r));
+    const second = batcher.add(2).then(() => events.push("answered 2"));
+    release();
+    await Promise.all([first, second]);
+    // Batch 2 left before batch 1's caller heard back, and its bytes too;
+    // nothing queued behind batch 2, so its caller heard back at once.
+    expect(events).toEqual(["send 1", "send 2", "answered 2", "written 1", "written 2", "answered 1"]);
+  });
+
   it("fails only the item whose result is an error, and the whole batch when the call fails", async () => {
     const perItem = createBatcher<number, number>(
       async (items) => items.map((n) => (n === 2 ? new Error("two") : n)),

@@ -32,30 +32,41 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
   let inFlight = 0;
   let scheduled = false;
 
-  function pump() {
+  /** Sends what queued, as far as the slots allow; answers whether anything went. */
+  function pump(): boolean {
     scheduled = false;
+    let sent = false;
     while (inFlight < options.maxInFlight && queue.length > 0) {
       const batch = queue.length <= options.maxBatch ? queue : queue.slice(0, options.maxBatch);
       queue = batch === queue ? [] : queue.slice(options.maxBatch);
       inFlight++;
+      sent = true;
       void send(batch);
     }
+    return sent;
   }
 
   async function send(batch: Waiting<I, O>[]) {
+    let settle: () => void;
     try {
       const results = await run(batch.map((w) => w.item));
-      batch.forEach((w, i) => {
-        const result = results[i];
-        if (result instanceof Error) w.reject(result);
-        else w.resolve(result as O);
-      });
+      settle = () =>
+        batch.forEach((w, i) => {
+          const result = results[i];
+          if (result instanceof Error) w.reject(result);
+          else w.resolve(result as O);
+        });
     } catch (err) {
-      for (const w of batch) w.reject(err);
-    } finally {
-      inFlight--;
-      pump();
+      settle = () => batch.forEach((w) => w.reject(err));
     }
+    inFlight--;
+    // The next batch goes out before this one's callers hear back. Node
+    // sends an HTTP/2 frame (or postgres.js a query) from setImmediate, so
+    // answering first would have the other process wait, idle, until every
+    // answer of this batch was written; answering after it lets both work
+    // at once. With nothing queued, callers hear back at once.
+    if (pump()) setImmediate(settle);
+    else settle();
   }
 
   return {
