@@ -3,7 +3,6 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import "./text-decoding.js";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection as ReflectionV1 } from "../../proto/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ReflectionV1Alpha } from "../../proto/gen/grpc/reflection/v1alpha/reflection_pb.js";

@@ -17,8 +17,6 @@ import { methodName, type StatusName, statusName } from "../shared/names.js";
 import { clientIdRequired, invalid } from "../shared/rpc-errors.js";
 
 const CONTROL = /[\x00-\x1f\x7f]/;
-/** What a decoded "__proto__" becomes (text-decoding.ts); never valid UTF-8 input. */
-export const PROTO_KEY = "\uD800__proto__";
 export const DEFAULT_EXPIRES_IN = 43_200;
 const MAX_AMOUNT_MAJOR = 1_000_000_000n;
 const MAX_ITEMS = 100;
@@ -103,7 +101,8 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
   const keys = Object.keys(metadata);
   if (keys.length > 50) throw invalid("metadata must have at most 50 keys");
   for (const key of keys) {
-    if (key === PROTO_KEY) throw invalid('metadata key "__proto__" is not allowed');
+    // protobuf-es decodes a "__proto__" map key as an own key (REST refuses it as JSON).
+    if (key === "__proto__") throw invalid('metadata key "__proto__" is not allowed');
     const name = `metadata key ${JSON.stringify(key.slice(0, 60))}`;
     if (length(key) < 1 || length(key) > 40) throw invalid(`${name} must be 1 to 40 characters`);
     noNul(name, key);
@@ -167,13 +166,13 @@ function length(value: string): number {
 
 /**
  * Postgres stores no U+0000 in text or jsonb; refuse it rather than fail.
- * A leading U+FEFF is refused too: decoders strip it as a byte order mark
- * (see text-decoding.ts), so it would make two different strings one.
+ * A leading U+FEFF is refused too: many decoders strip it as a byte order
+ * mark (protobuf-es 2.13 did), so it could make two different
+ * strings one in some client or store along the way.
  */
 export function noNul(path: string, value: string): void {
   if (value.includes("\0")) throw invalid(`${path} must not contain NUL characters`);
   if (value.startsWith("\uFEFF")) throw invalid(`${path} must not start with U+FEFF (a byte order mark)`);
-  if (value === PROTO_KEY) throw invalid(`${path} must not be "__proto__"`);
 }
 
 function text(path: string, value: string, min: number, max: number, notBlank = false): void {

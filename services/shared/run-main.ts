@@ -2,7 +2,6 @@
 // start-up with a message naming it), start, and drain on SIGTERM/SIGINT.
 import { type Config, ConfigError, loadConfig } from "./config.js";
 import { createLogger, type Logger } from "./logger.js";
-import { useNodeTextEncoding } from "./protobuf-text.js";
 import { startTelemetry } from "./telemetry.js";
 
 export async function runMain(
@@ -22,7 +21,6 @@ export async function runMain(
     return;
   }
   const logger = createLogger(name, config.logLevel);
-  useNodeTextEncoding();
   let running: { close(): Promise<void> };
   try {
     // OTEL_EXPORTER_OTLP_ENDPOINT turns span export on; without it nothing is loaded.
