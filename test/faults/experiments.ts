@@ -38,7 +38,7 @@ async function withDeployment(opts: Parameters<typeof deploy>[0], body: (d: Depl
   }
 }
 
-const row = (experiment: string, parts: Partial<Row> & { failures?: string[] }): Row => ({
+export const row = (experiment: string, parts: Partial<Row> & { failures?: string[] }): Row => ({
   experiment,
   acknowledged: 0,
   found: 0,

@@ -3,7 +3,7 @@
 // PostgreSQL and private NATS servers, prints the table, and exits 1 when
 // anything was lost or doubled or a bound was missed.
 import { buildWhenStale } from "../support/processes.js";
-import { EXPERIMENTS } from "./experiments.js";
+import { EXPERIMENTS, row } from "./experiments.js";
 import type { Row } from "./harness.js";
 
 const args = process.argv.slice(2);
@@ -21,16 +21,7 @@ for (const experiment of EXPERIMENTS) {
   try {
     result = await experiment.run(short);
   } catch (err) {
-    result = {
-      experiment: experiment.name,
-      acknowledged: 0,
-      found: 0,
-      lost: 0,
-      duplicates: 0,
-      clientErrors: 0,
-      recoveryMs: undefined,
-      failures: [`the experiment failed to run: ${err instanceof Error ? err.stack : String(err)}`],
-    };
+    result = row(experiment.name, { failures: [`the experiment failed to run: ${err instanceof Error ? err.stack : String(err)}`] });
   }
   rows.push(result);
   process.stderr.write(`    ${result.failures.length ? "FAILED: " + result.failures.join("; ") : "ok"} (${Math.round((Date.now() - at) / 1000)} s)\n`);
