@@ -1,8 +1,9 @@
-// Link ids are UUIDv7 drawn from a random pool (services/shared/ids.ts):
+// Link ids are UUIDv7, and trace ids hex, drawn from one random pool (services/shared/random-pool.ts):
 // well formed, never repeated, and in the order they were made, also many
 // within one millisecond and across the pool's refills.
 import { expect, it } from "vitest";
 import { isLinkId, KEY_ID, newKeyId, newLinkId, newPaymentId } from "../services/shared/ids.js";
+import { newSpanId, traceFrom } from "../services/shared/trace-context.js";
 
 it("makes well-formed, distinct link ids that sort in the order they were made", () => {
   const ids = Array.from({ length: 20_000 }, () => newLinkId());
@@ -21,4 +22,16 @@ it("keeps the order and the random part across prefixes and pool refills", () =>
   expect(newPaymentId()).toMatch(/^pay-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   // The last 48 bits are random: no two ids share them.
   expect(new Set(ids.map((id) => id.slice(-12))).size).toBe(ids.length);
+});
+
+it("makes W3C trace and span ids from the same pool: well formed and never repeated", () => {
+  const traces = Array.from({ length: 5000 }, () => traceFrom(undefined, undefined));
+  expect(traces.every((t) => /^[0-9a-f]{32}$/.test(t.traceId) && /^[0-9a-f]{16}$/.test(t.parentId))).toBe(true);
+  const spans = [...traces.map((t) => t.parentId), ...Array.from({ length: 5000 }, newSpanId)];
+  expect(new Set(traces.map((t) => t.traceId)).size).toBe(traces.length);
+  expect(new Set(spans).size).toBe(spans.length);
+  // A link id drawn between two trace ids shares no bytes with either.
+  const [before, id, after] = [traceFrom(undefined, undefined).traceId, newLinkId(), traceFrom(undefined, undefined).traceId];
+  const random = id.slice(-12);
+  expect(before.includes(random) || after.includes(random)).toBe(false);
 });

@@ -1,28 +1,20 @@
-import { randomFillSync } from "node:crypto";
 import { v7 as uuidv7 } from "uuid";
+import { randomBytesView } from "./random-pool.js";
 
 // "lnk-" + a lowercase UUIDv7: time-ordered, so ids sort in creation order
 // and new rows land at the right edge of the primary-key index.
 export const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
-// uuid's v7 asks the OS for 16 random bytes per id, which profiling put at
-// 5 % of the LinkService's CPU per create. These ids draw them from a pool
-// refilled 4 KiB at a time, and keep uuid's monotonic rule themselves (it
-// applies it only when given no options): within one millisecond, a 32-bit
-// counter started at random and stepped by one, so ids made one after
-// another still sort in the order they were made.
-const POOL_BYTES = 4096;
-let pool = new Uint8Array(0);
-let taken = POOL_BYTES;
+// uuid's v7 asks the OS for 16 random bytes per id; these ids draw them
+// from the process's pool (random-pool.ts), and so keep uuid's monotonic
+// rule themselves (it applies it only when given no options): within one
+// millisecond, a 32-bit counter started at random and stepped by one, so ids
+// made one after another still sort in the order they were made.
 let lastMs = -Infinity;
 let seq = 0;
 
 function monotonicV7(): string {
-  if (taken + 16 > pool.length) {
-    pool = randomFillSync(new Uint8Array(POOL_BYTES));
-    taken = 0;
-  }
-  const random = pool.subarray(taken, (taken += 16));
+  const random = randomBytesView(16);
   const now = Date.now();
   if (now > lastMs) {
     lastMs = now;
