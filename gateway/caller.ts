@@ -11,8 +11,10 @@ import type { Caller, Clients } from "./clients.js";
 import { httpErrorOf } from "./errors.js";
 import { forwardTrace } from "./trace.js";
 
-const forwarded = new WeakSet<FastifyRequest>();
-const identified = new WeakSet<FastifyRequest>();
+// Marks on the request itself, not WeakSets: see trace.ts for why.
+const FORWARDED = Symbol("paylink.forwarded");
+const IDENTIFIED = Symbol("paylink.identified");
+type Marked = FastifyRequest & { [FORWARDED]?: true; [IDENTIFIED]?: true };
 
 /** Check 1: a Client-Id that is not blank. */
 export function hasClientId(req: FastifyRequest): boolean {
@@ -22,7 +24,7 @@ export function hasClientId(req: FastifyRequest): boolean {
 
 /** Who calls and its trace, for a LinkService call made for `req` (a batch item carries them as fields). */
 export function caller(req: FastifyRequest): Caller {
-  forwarded.add(req);
+  (req as Marked)[FORWARDED] = true;
   const trace = forwardTrace(req);
   const found: Caller = { clientId: req.headers["client-id"] as string };
   if (req.headers.authorization !== undefined) found.authorization = req.headers.authorization;
@@ -43,7 +45,7 @@ export function asCaller(req: FastifyRequest): { headers: Record<string, string>
 
 /** Check 1 passed: the request names one client. */
 export function markIdentified(req: FastifyRequest): void {
-  identified.add(req);
+  (req as Marked)[IDENTIFIED] = true;
 }
 
 /**
@@ -51,7 +53,7 @@ export function markIdentified(req: FastifyRequest): void {
  * LinkService's authentication refusal when there is one, else `err`.
  */
 export async function authenticationFirst(req: FastifyRequest, clients: Clients, err: unknown): Promise<unknown> {
-  if (!identified.has(req) || forwarded.has(req)) return err;
+  if (!(req as Marked)[IDENTIFIED] || (req as Marked)[FORWARDED]) return err;
   // Only the contract's checks 2 to 5: a 429 must stay cheap, and a 404 or 405 comes first.
   if (![400, 413, 415].includes(httpErrorOf(err)?.status ?? 0)) return err;
   return (await callerRefusal(req, clients)) ?? err;

@@ -25,7 +25,7 @@ export function createBatchedStore(db: Db) {
   const writes = createBatcher<NewLinkRow, LinkRow>(
     async (rows) => {
       const stored = (row: NewLinkRow, ids: Set<string>): LinkRow | Error =>
-        ids.has(row.id) ? { ...row, status: "created" } : new Error(`insert of ${row.id} returned no row`);
+        ids.has(row.id) ? asStored(row) : new Error(`insert of ${row.id} returned no row`);
       try {
         const ids = new Set((await queries.insertLinks(rows)).map(({ id }) => id));
         return rows.map((row) => stored(row, ids));
@@ -54,3 +54,21 @@ export function createBatchedStore(db: Db) {
 }
 
 export type BatchedStore = ReturnType<typeof createBatchedStore>;
+
+/**
+ * The row as the insert stored it. Spelled out, not `{ ...row, status }`:
+ * V8 gives each spread-then-extended object a hidden class of its own,
+ * made per create and dropped into the old generation.
+ */
+function asStored(row: NewLinkRow): LinkRow {
+  return {
+    id: row.id,
+    clientId: row.clientId,
+    status: "created",
+    data: row.data,
+    metadata: row.metadata,
+    expiresAt: row.expiresAt,
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
