@@ -1,5 +1,5 @@
-// Processes own their signals: the production command (`node dist/...`, as
-// package.json's start:* scripts, the Dockerfile's CMD and compose run it,
+// Processes own their signals: the production command (`node <V8 flags>
+// dist/...`, as package.json's start:* scripts, the Dockerfile and compose run it,
 // compose with an init as PID 1) drains on SIGTERM under load, with no
 // failed request, exits, and leaves nothing listening.
 import http from "node:http";
@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NODE_FLAGS } from "../services/dev/node-flags.js";
 import { createDatabase } from "./support/database.js";
 import { freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
 import { canConnect, ENTRIES, type Role, ROOT, spawnRole, startServices, waitReady } from "./support/processes.js";
@@ -18,18 +19,21 @@ function commandsOf(role: Role): Record<string, string[]> {
   const scripts = JSON.parse(read("package.json")).scripts as Record<string, string>;
   const compose = read("docker-compose.yml");
   const service = new RegExp(`\\n  ${role}:\\n(?:    .*\\n)*?    command: (\\[.*\\])`).exec(compose);
+  // The image runs its ENTRYPOINT (node and the V8 flags) with compose's command or its own CMD.
+  const dockerfile = read("Dockerfile");
+  const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)![1]!) as string[];
   const commands: Record<string, string[]> = {
     [`npm run start:${role}`]: scripts[`start:${role}`]!.split(" "),
-    [`compose ${role}`]: JSON.parse(service![1]!),
+    [`compose ${role}`]: [...entrypoint, ...JSON.parse(service![1]!)],
   };
-  if (role === "gateway") commands["Dockerfile CMD"] = JSON.parse(/^CMD (\[.*\])$/m.exec(read("Dockerfile"))![1]!);
+  if (role === "gateway") commands["Dockerfile CMD"] = [...entrypoint, ...JSON.parse(/^CMD (\[.*\])$/m.exec(dockerfile)![1]!)];
   return commands;
 }
 
 describe("the production command lines", () => {
-  it.each(["links", "gateway", "notifier"] as Role[])("%s runs node dist/... directly everywhere, behind an init in compose", (role) => {
+  it.each(["links", "gateway", "notifier"] as Role[])("%s runs node <V8 flags> dist/... directly everywhere, behind an init in compose", (role) => {
     for (const [where, argv] of Object.entries(commandsOf(role))) {
-      expect({ where, argv }).toEqual({ where, argv: ["node", ENTRIES[role]] });
+      expect({ where, argv }).toEqual({ where, argv: ["node", ...NODE_FLAGS, ENTRIES[role]] });
     }
     const compose = read("docker-compose.yml");
     expect(compose).toMatch(/x-app: &app\n(?:  .*\n)*?  init: true\n/);

@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../shared/config.js";
 import { ensureNats } from "./nats-server.js";
+import { NODE_FLAGS } from "./node-flags.js";
 import { createSupervisor } from "./supervisor.js";
 
 const DATA_ROOT = ".data";
@@ -16,11 +17,6 @@ const EMBEDDED_PG_PORT = process.env.EMBEDDED_POSTGRES_PORT ?? "54329";
 // `npm run dev` runs the sources through tsx. Each child runs the same way.
 const fromSource = import.meta.url.endsWith(".ts");
 const LOADER = fromSource ? ["--import", "tsx"] : [];
-// V8's old generation held to 128 MB and its young one at 16 MB semi-spaces:
-// RSS under load stays near 130 MB instead of passing 170. Semi-spaces of 8 MB
-// saved 15 MB more but cost the gateway about 10 % more CPU per request in
-// scavenges (README, Performance).
-const NODE_FLAGS = ["--max-semi-space-size=16", "--max-old-space-size=128"];
 const entry = (relative: string) =>
   fileURLToPath(new URL(fromSource ? relative : relative.replace(/\.ts$/, ".js"), import.meta.url));
 const SERVICES = [

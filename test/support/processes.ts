@@ -1,5 +1,5 @@
 // The three processes as separate OS processes, started by their production
-// command line (node dist/...), so tests can SIGTERM and kill -9 them for
+// command line (node <V8 flags> dist/...), so tests can SIGTERM and kill -9 them for
 // real. The global setup builds dist/ when the sources are newer.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
@@ -7,6 +7,7 @@ import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort, waitFor } from "./nats.js";
+import { NODE_FLAGS } from "../../services/dev/node-flags.js";
 
 export const ROOT = path.resolve(fileURLToPath(new URL("../..", import.meta.url)));
 
@@ -28,11 +29,11 @@ export interface Proc {
 }
 
 /**
- * Spawns `command` (default: node and the role's entry) with the environment
+ * Spawns `command` (default: the production command, node with our V8 flags and the role's entry) with the environment
  * given on top of a quiet default. Rate limits are off by default: these
  * tests and experiments load the service from one address on purpose.
  */
-export function spawnRole(role: Role, env: Record<string, string>, command: string[] = ["node", ENTRIES[role]]): Proc {
+export function spawnRole(role: Role, env: Record<string, string>, command: string[] = ["node", ...NODE_FLAGS, ENTRIES[role]]): Proc {
   const child = spawn(command[0]!, command.slice(1), {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", PAYLINK_ENV: "test", LOG_LEVEL: "warn", RATE_LIMIT_CLIENT: "off", RATE_LIMIT_PAY: "off",
