@@ -13,8 +13,14 @@ import { badRequest, INVALID_JSON } from "./errors.js";
 import type { GatewayMetrics } from "./metrics.js";
 
 type Keyword = "type" | "required" | "additionalProperties" | "minItems" | "pattern" | "enum";
-/** A message, or how to word one from the field's path (`data.items[0].name`) and Ajv's error. */
-type Words = string | ((path: string, error: FastifySchemaValidationError) => string);
+/**
+ * A keyword's failures at a place that the LinkService words, on a route
+ * that cannot ask it first (no validate_only): the gateway lets the request
+ * through, and the LinkService refuses it in its own words.
+ */
+export const THEIRS = Symbol("the LinkService words it");
+/** A message, or how to word one from the field's path (`data.items[0].name`) and Ajv's error, or THEIRS. */
+type Words = string | ((path: string, error: FastifySchemaValidationError) => string) | typeof THEIRS;
 
 export interface Place {
   /** A JSON pointer into the request part: `#` stands for any array index, `*` for any key. A name without `/` is outside it (a header). */
@@ -109,7 +115,7 @@ interface Failure {
   n: number;
   pointer: string;
   /** A rule in code's words take the path alone. */
-  word: Words;
+  word: Exclude<Words, typeof THEIRS>;
   error?: FastifySchemaValidationError;
 }
 
@@ -146,8 +152,10 @@ function claimantsOf(compiled: CompiledRules, error: FastifySchemaValidationErro
 /**
  * Throws the gateway's refusal of `req`, the first in the contract's order.
  * Answers the schema's failures no place claims (else undefined): rules the
- * LinkService words, for the route to ask it about. A failure at a place
- * whose `when` does not hold is nobody's: the contract does not judge it.
+ * LinkService words, for the route to ask it about. Failures a place leaves
+ * to the LinkService (THEIRS) are neither thrown nor answered. A failure at
+ * a place whose `when` does not hold is nobody's: the contract does not
+ * judge it.
  * A 64 KiB body can fail thousands of times: each failure costs a lookup
  * and a comparison, and only the first is worded.
  */
@@ -198,8 +206,9 @@ export function judge(req: FastifyRequest, rules: RequestRules): SchemaFailure |
     if (claiming.length === 0) (left ??= []).push(error);
     for (const index of claiming) {
       if (!holds(places[index]!)) continue;
+      const word = places[index]!.words![error.keyword as Keyword]!;
       // A missing property's pointer is its parent's and its name: the item's index is in the parent's.
-      consider(index, error.instancePath, places[index]!.words![error.keyword as Keyword]!, error);
+      if (word !== THEIRS) consider(index, error.instancePath, word, error);
       break;
     }
   }

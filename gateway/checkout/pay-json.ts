@@ -14,7 +14,7 @@ import {
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { methodFromName } from "../../services/shared/names.js";
 import { int32, isObject, unicodeText } from "../link-json.js";
-import { type Report, type RequestRules, SHAPE } from "../request-rules.js";
+import { type Report, type RequestRules, SHAPE, THEIRS } from "../request-rules.js";
 import type { Pay } from "../schemas.js";
 
 type PayJson = Static<typeof Pay>;
@@ -24,14 +24,14 @@ const forCard = (body: unknown) => isObject(body) && body.payment_method === "ca
 const cardField = { words: { required, type }, when: forCard } as const;
 
 /**
- * POST /link/{id}/pay. What Ajv finds wrong beyond these is payment_method's
- * value, which the LinkService refuses before anything else.
+ * POST /link/{id}/pay. payment_method's value is the LinkService's to
+ * refuse, before anything else, from the same names.
  */
 export const PAY: RequestRules = {
   part: "body",
   places: [
     { at: "", words: { type, additionalProperties } },
-    { at: "/payment_method", words: { required, type }, code: true },
+    { at: "/payment_method", words: { required, type, enum: THEIRS }, code: true },
     { at: "/card", code: true },
     { at: "/card", words: { type, additionalProperties }, when: forCard },
     { at: "/card/number", ...cardField, code: true },
