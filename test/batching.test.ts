@@ -217,7 +217,8 @@ describe("the batched store", () => {
   it("commits concurrent creates together, and a row that fails fails alone", async () => {
     const { db, close } = createDb(inject("databaseUrl"), { max: 1 });
     try {
-      const store = createBatchedStore(db);
+      const batches: string[] = [];
+      const store = createBatchedStore(db, { observe: (operation, rows) => batches.push(`${operation} ${rows}`) });
       const now = new Date();
       const row = (id: string) => ({
         id,
@@ -236,6 +237,8 @@ describe("the batched store", () => {
       expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
       const found = await Promise.all(ids.map((id) => store.findLink(id)));
       expect(found.map((r) => r?.id)).toEqual(ids);
+      // What paylink_db_batch_rows shows: the lone insert, the batch that fell back row by row, one read for all four.
+      expect(batches).toEqual(["insert 1", "insert 4", "read 4"]);
     } finally {
       await close();
     }

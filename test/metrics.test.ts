@@ -66,6 +66,11 @@ describe("gateway and LinkService metrics", () => {
       sample(links, `paylink_rpc_server_duration_seconds_count{rpc_service="paylink.v1.LinkService",rpc_method="${method}",rpc_code="${code}"}`);
     expect(rpc("BatchCreateLinks", "ok")).toBe(1);
     expect(rpc("CompletePayment", "ok")).toBe(1);
+    // One at a time here: each create its own insert, each get its own read.
+    expect(sample(links, 'paylink_db_batch_rows_count{operation="insert"}')).toBe(1);
+    expect(sample(links, 'paylink_db_batch_rows_sum{operation="insert"}')).toBe(1);
+    expect(sample(links, 'paylink_db_batch_rows_count{operation="read"}')).toBe(2);
+    expect(sample(links, 'paylink_db_batch_rows_bucket{le="1",operation="read"}')).toBe(2);
     expect(rpc("CompletePayment", "failed_precondition")).toBe(1);
     expect(sample(links, 'paylink_payments_total{outcome="succeeded"}')).toBe(1);
     expect(sample(links, 'paylink_payments_total{outcome="link_used"}')).toBe(1);

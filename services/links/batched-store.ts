@@ -11,7 +11,12 @@ import { type NewLinkRow, prepareHotQueries } from "./store.js";
 // the relay and the capture job.
 const IN_FLIGHT = 4;
 
-export function createBatchedStore(db: Db) {
+export interface BatchedStoreOptions {
+  /** Told the rows of each read and each insert (metrics.ts: paylink_db_batch_rows). */
+  observe?: (operation: "read" | "insert", rows: number) => void;
+}
+
+export function createBatchedStore(db: Db, { observe }: BatchedStoreOptions = {}) {
   const queries = prepareHotQueries(db);
 
   const reads = createBatcher<string, LinkRow | undefined>(
@@ -19,7 +24,7 @@ export function createBatchedStore(db: Db) {
       const found = new Map((await queries.findLinks([...new Set(ids)])).map((row) => [row.id, row]));
       return ids.map((id) => found.get(id));
     },
-    { maxInFlight: IN_FLIGHT, maxBatch: 1000 },
+    { maxInFlight: IN_FLIGHT, maxBatch: 1000, observe: observe && ((rows) => observe("read", rows)) },
   );
 
   const writes = createBatcher<NewLinkRow, LinkRow>(
@@ -42,7 +47,7 @@ export function createBatchedStore(db: Db) {
         );
       }
     },
-    { maxInFlight: IN_FLIGHT, maxBatch: 500 },
+    { maxInFlight: IN_FLIGHT, maxBatch: 500, observe: observe && ((rows) => observe("insert", rows)) },
   );
 
   return {

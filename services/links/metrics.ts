@@ -23,6 +23,13 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
     buckets: DURATION_BUCKETS,
     registers,
   });
+  const batchRows = new Histogram({
+    name: "paylink_db_batch_rows",
+    help: "Rows per batched statement of the hot path: link reads that concurrent gets shared, link inserts that concurrent creates committed together.",
+    labelNames: ["operation"],
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000],
+    registers,
+  });
   const payments = new Counter({
     name: "paylink_payments_total",
     help: "CompletePayment calls by outcome: succeeded, or the refusal's reason (card_declined, link_used, ...) or code.",
@@ -62,6 +69,7 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
   return {
     registry,
     natsConnected: (up: boolean) => natsConnected.set({ connection: "relay" }, up ? 1 : 0),
+    batchRows: (operation: "read" | "insert", rows: number) => batchRows.observe({ operation }, rows),
     sweeper: {
       ran: (expired: number) => {
         sweeperRuns.inc({ result: "ok" });

@@ -77,7 +77,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     authenticator,
     onEventsCommitted,
     checkoutBaseUrl: opts.checkoutBaseUrl,
-    batched: createBatchedStore(db),
+    batched: createBatchedStore(db, { observe: metrics.batchRows }),
     logger,
     idempotency: createIdempotency({ db, clock }),
     payments: metrics.countPayments(

@@ -9,6 +9,8 @@ export interface BatcherOptions {
   maxInFlight: number;
   /** Items in one batch. */
   maxBatch: number;
+  /** Told each batch's size as it goes: how much a call or commit is shared. */
+  observe?: (size: number) => void;
 }
 
 /**
@@ -41,6 +43,7 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
       queue = batch === queue ? [] : queue.slice(options.maxBatch);
       inFlight++;
       sent = true;
+      options.observe?.(batch.length);
       void send(batch);
     }
     return sent;
