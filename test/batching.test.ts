@@ -70,6 +70,36 @@ describe("natural batching", () => {
     expect(events).toEqual(["send 1", "send 2", "answered 2", "written 1", "written 2", "answered 1"]);
   });
 
+  it("keeps a second slot for full batches: a call beside one in flight goes once overlapFrom items wait", async () => {
+    const batches: number[][] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const batcher = createBatcher<number, number>(
+      async (items) => {
+        batches.push(items);
+        if (batches.length === 1) await gate;
+        return items;
+      },
+      { maxInFlight: 2, overlapFrom: 3, maxBatch: 100 },
+    );
+    const tick = () => new Promise((r) => setImmediate(r));
+    const first = batcher.add(1);
+    await tick();
+    const waiting = [batcher.add(2), batcher.add(3)];
+    await tick();
+    expect(batches).toEqual([[1]]); // two are too few to pay for a second call
+    waiting.push(batcher.add(4));
+    await tick();
+    expect(batches).toEqual([[1], [2, 3, 4]]); // the third fills it, on no timer
+    expect(await Promise.all(waiting)).toEqual([2, 3, 4]);
+    const last = batcher.add(5);
+    await tick();
+    expect(batches).toEqual([[1], [2, 3, 4]]); // alone beside the call in flight, it waits for it
+    release();
+    expect(await Promise.all([first, last])).toEqual([1, 5]);
+    expect(batches).toEqual([[1], [2, 3, 4], [5]]);
+  });
+
   it("fails only the item whose result is an error, and the whole batch when the call fails", async () => {
     const perItem = createBatcher<number, number>(
       async (items) => items.map((n) => (n === 2 ? new Error("two") : n)),

@@ -3,10 +3,17 @@
 // every slot is busy queue, and go together the moment a slot frees. An idle
 // system so sends each item alone, with no added wait, while a busy one
 // spreads the fixed cost of a call or a commit over everything that queued.
+// A second slot can be kept for full batches only (overlapFrom): a call
+// beside one in flight then goes only when enough items wait to pay for it.
 
 export interface BatcherOptions {
   /** Batches running at once. */
   maxInFlight: number;
+  /**
+   * Items that must wait before a batch goes beside one already in flight
+   * (default 1: a free slot takes whatever waits). The first slot never waits.
+   */
+  overlapFrom?: number;
   /** Items in one batch. */
   maxBatch: number;
   /** Told each batch's size as it goes: how much a call or commit is shared. */
@@ -33,12 +40,15 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
   let queue: Waiting<I, O>[] = [];
   let inFlight = 0;
   let scheduled = false;
+  const overlapFrom = options.overlapFrom ?? 1;
+  /** A slot is free, and may take what waits now. */
+  const canSend = () => inFlight < options.maxInFlight && (inFlight === 0 || queue.length >= overlapFrom);
 
   /** Sends what queued, as far as the slots allow; answers whether anything went. */
   function pump(): boolean {
     scheduled = false;
     let sent = false;
-    while (inFlight < options.maxInFlight && queue.length > 0) {
+    while (queue.length > 0 && canSend()) {
       const batch = queue.length <= options.maxBatch ? queue : queue.slice(0, options.maxBatch);
       queue = batch === queue ? [] : queue.slice(options.maxBatch);
       inFlight++;
@@ -76,8 +86,8 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
     add(item) {
       return new Promise<O>((resolve, reject) => {
         queue.push({ item, resolve, reject });
-        // Items added in the same tick share the first batch.
-        if (!scheduled && inFlight < options.maxInFlight) {
+        // Items added in the same tick share the batch.
+        if (!scheduled && canSend()) {
           scheduled = true;
           queueMicrotask(pump);
         }
