@@ -19,9 +19,9 @@ import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 // requests wait: a call's fixed cost (about 215 µs in the LinkService, 24 per
 // item) is then a third of it, and the two processes overlap instead of
 // taking turns. A free second slot halved the batches and cost more CPU per
-// request than it overlapped; one slot left the cores a third idle. In
+// request than it overlapped; one slot left the machine about 30 % idle. In
 // `npm run bench` (README, Performance) this took creates from 1.17–1.21× the
-// baseline to 1.33–1.47×, and gets from 0.55–0.68× to 0.65–0.75×.
+// baseline to 1.31–1.36×, and gets from 0.55–0.68× to 0.66–0.74×.
 const BATCHING = { maxInFlight: 2, overlapFrom: 16, maxBatch: 256 };
 // Every call carries a deadline the LinkService honours (grpc-timeout): a
 // dependency that is down answers 503 within 2 s, never a hang (CONTRACT
