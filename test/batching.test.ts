@@ -12,7 +12,7 @@ import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
 import { CreateLinkRequestSchema, LinkService, LinkStatus, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchedStore } from "../services/links/batched-store.js";
 import { createDb } from "../services/links/db.js";
-import { createBatcher } from "../services/shared/batcher.js";
+import { type BatcherOptions, createBatcher } from "../services/shared/batcher.js";
 import { newLinkId } from "../services/shared/ids.js";
 import { errorFromStatus } from "../services/shared/rpc-status.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -23,19 +23,22 @@ beforeAll(async () => {
 });
 afterAll(() => stack?.close());
 
+/** A batcher that records each batch it sends, and whose first call answers only at `release()`. */
+function gatedBatcher(options: BatcherOptions, answer = (n: number) => n) {
+  const batches: number[][] = [];
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const batcher = createBatcher<number, number>(async (items) => {
+    batches.push(items);
+    if (batches.length === 1) await gate;
+    return items.map(answer);
+  }, options);
+  return { batcher, batches, release };
+}
+
 describe("natural batching", () => {
   it("sends the first item at once and what queued meanwhile as one batch, on no timer", async () => {
-    const batches: number[][] = [];
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
-    const batcher = createBatcher<number, number>(
-      async (items) => {
-        batches.push(items);
-        if (batches.length === 1) await gate;
-        return items.map((n) => n * 10);
-      },
-      { maxInFlight: 1, maxBatch: 100 },
-    );
+    const { batcher, batches, release } = gatedBatcher({ maxInFlight: 1, maxBatch: 100 }, (n) => n * 10);
     const first = batcher.add(1);
     await new Promise((r) => setImmediate(r));
     const queued = [2, 3, 4].map((n) => batcher.add(n));
@@ -71,17 +74,7 @@ describe("natural batching", () => {
   });
 
   it("keeps a second slot for full batches: a call beside one in flight goes once overlapFrom items wait", async () => {
-    const batches: number[][] = [];
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
-    const batcher = createBatcher<number, number>(
-      async (items) => {
-        batches.push(items);
-        if (batches.length === 1) await gate;
-        return items;
-      },
-      { maxInFlight: 2, overlapFrom: 3, maxBatch: 100 },
-    );
+    const { batcher, batches, release } = gatedBatcher({ maxInFlight: 2, overlapFrom: 3, maxBatch: 100 });
     const tick = () => new Promise((r) => setImmediate(r));
     const first = batcher.add(1);
     await tick();
