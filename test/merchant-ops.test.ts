@@ -18,6 +18,7 @@ import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { dropKey } from "../services/links/store.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { createDatabase } from "./support/database.js";
+import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
@@ -414,6 +415,28 @@ describe("expiry sweeper", () => {
     await sweeper.sweep();
     const keys = await own.db.execute(sql`SELECT key FROM idempotency_keys WHERE client_id = ${me}`);
     expect(keys).toHaveLength(0);
+  });
+
+  it("records one batch a run on its timer, so a backlog is worked off beside the requests, not instead of them", async () => {
+    const me = uniqueClient();
+    await Promise.all(Array.from({ length: 5 }, () => api(own, "POST", "/v1/links", { clientId: me, body: validLink({ expires_in: 60 }) })));
+    own.clock.advance(60_000);
+    const runs: number[] = [];
+    const sweeper = createSweeper({
+      db: own.db,
+      clock: own.clock,
+      logger: pino({ level: "silent" }),
+      batchSize: 2,
+      intervalMs: 5,
+      metrics: { ran: (n) => runs.push(n), failed: () => {} },
+    });
+    sweeper.start();
+    try {
+      await waitFor(() => runs.length >= 4);
+    } finally {
+      await sweeper.close();
+    }
+    expect(runs.slice(0, 4)).toEqual([2, 2, 1, 0]);
   });
 });
 
