@@ -20,8 +20,9 @@ export interface SweeperOptions {
   clock: Clock;
   logger: Logger;
   batchSize?: number;
-  /** Pause between timed runs, each of at most `batchesPerRun` batches. */
+  /** Pause between timed runs. */
   intervalMs?: number;
+  /** Batches a timed run records at most (default 1); a direct sweep() takes everything due. */
   batchesPerRun?: number;
   onEventsCommitted?: () => void;
   /** Told of each run (metrics). */
