@@ -1,5 +1,6 @@
-// Per-process accounting from /proc: CPU time (utime + stime) and resident
-// memory, for the benchmark's CPU-per-request and peak-RSS columns.
+// Accounting from /proc: each process's CPU time (utime + stime) and
+// resident memory, for the benchmark's CPU-per-request and peak-RSS columns,
+// and the machine's idle time, for its idle column.
 import { readFileSync, readdirSync } from "node:fs";
 import { execSync } from "node:child_process";
 
@@ -23,6 +24,14 @@ export function cpuMicros(pids: number[]): number {
     }
   }
   return ticks * TICK_US;
+}
+
+/** The machine's CPU time so far, in ticks: all of it, and the idle part (idle and iowait, proc(5)). */
+export function machineTicks(): { total: number; idle: number } {
+  const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // guest and guest_nice are counted inside user and nice already.
+  const total = fields.slice(0, 8).reduce((sum, n) => sum + n, 0);
+  return { total, idle: fields[3]! + fields[4]! };
 }
 
 /** Resident set size in bytes, summed over the processes. */

@@ -3,9 +3,10 @@
 // one-process baseline (baseline.ts), both on this machine's PostgreSQL.
 // Rounds interleave service and baseline under autocannon at 32
 // connections; each run reports throughput, p50/p99, CPU per request of each
-// process (from /proc) and peak RSS, and the summary gives the
-// service ÷ baseline ratios as the median of the rounds. It ends by timing
-// gRPC create and get straight against the LinkService.
+// process (from /proc), peak RSS and how much of the machine sat idle (a
+// pipeline of processes that wait on each other leaves cores free), and the
+// summary gives the service ÷ baseline ratios as the median of the rounds.
+// It ends by timing gRPC create and get straight against the LinkService.
 //   npm run bench                 3 rounds of 10 s per path and target
 //   npm run bench -- --short      1 round of 0.75 s (what CI runs; prints, asserts nothing)
 //   --rounds N  --duration S      override
@@ -20,7 +21,7 @@ import { CreateLinkRequestSchema, LinkService, LinkType } from "../../proto/gen/
 import { createLeanGrpcTransport } from "../../gateway/grpc-transport.js";
 import { createDatabase } from "../support/database.js";
 import { freePort, startNatsServer } from "../support/nats.js";
-import { childrenOf, cmdline, cpuMicros, postgresPids, rssBytes } from "./procs.js";
+import { childrenOf, cmdline, cpuMicros, machineTicks, postgresPids, rssBytes } from "./procs.js";
 
 const { values: opts } = parseArgs({
   options: {
@@ -61,6 +62,8 @@ interface Run {
   cpu: Record<string, number>;
   /** Peak RSS in MB during the run, by process. */
   rss: Record<string, number>;
+  /** Percent of the machine's CPU time left idle during the run. */
+  idle: number;
 }
 
 async function waitFor(url: string, timeoutMs = 60_000) {
@@ -197,7 +200,9 @@ async function measure(url: string, path: Path, ids: string[], pids: Record<stri
       if (name !== "postgres") peak[name] = Math.max(peak[name]!, rssBytes(of()));
     }
   }, 100);
+  const machineBefore = machineTicks();
   const result = await load(url, path, ids, DURATION);
+  const machineAfter = machineTicks();
   clearInterval(sampler);
   const total = result.requests.total;
   const cpu = Object.fromEntries(
@@ -215,6 +220,7 @@ async function measure(url: string, path: Path, ids: string[], pids: Record<stri
     errors: result.non2xx + result.errors + result.timeouts,
     cpu,
     rss,
+    idle: Math.round((100 * (machineAfter.idle - machineBefore.idle)) / (machineAfter.total - machineBefore.total)),
   };
 }
 
@@ -223,7 +229,7 @@ function printRun(run: Run) {
   const rss = Object.entries(run.rss).map(([n, mb]) => `${n} ${mb}`).join(", ");
   console.log(
     `round ${run.round} ${run.path.padEnd(6)} ${run.target.padEnd(8)} ${String(run.rps).padStart(6)} req/s  ` +
-      `p50 ${run.p50} ms  p99 ${run.p99} ms  errors ${run.errors}  cpu µs/req: ${cpu}  peak RSS MB: ${rss}`,
+      `p50 ${run.p50} ms  p99 ${run.p99} ms  errors ${run.errors}  cpu µs/req: ${cpu}  peak RSS MB: ${rss}  machine idle ${run.idle} %`,
   );
 }
 
@@ -234,8 +240,8 @@ const median = (values: number[]) => {
 };
 
 function printSummary(runs: Run[]) {
-  console.log("\n| path | target | req/s (median) | p50 ms | p99 ms | CPU µs/req by process | peak RSS MB |");
-  console.log("|---|---|---|---|---|---|---|");
+  console.log("\n| path | target | req/s (median) | p50 ms | p99 ms | CPU µs/req by process | peak RSS MB | machine idle % |");
+  console.log("|---|---|---|---|---|---|---|---|");
   for (const path of ["create", "get"] as const) {
     for (const target of ["service", "baseline"] as const) {
       const mine = runs.filter((r) => r.path === path && r.target === target);
@@ -244,7 +250,7 @@ function printSummary(runs: Run[]) {
       const rss = Object.keys(mine[0]!.rss).map((n) => `${n} ${Math.max(...mine.map((r) => r.rss[n]!))}`).join(", ");
       console.log(
         `| ${path} | ${target} | ${median(mine.map((r) => r.rps))} | ${median(mine.map((r) => r.p50))} | ` +
-          `${median(mine.map((r) => r.p99))} | ${cpu} | ${rss} |`,
+          `${median(mine.map((r) => r.p99))} | ${cpu} | ${rss} | ${median(mine.map((r) => r.idle))} |`,
       );
     }
   }
