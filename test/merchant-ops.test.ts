@@ -438,6 +438,41 @@ describe("expiry sweeper", () => {
     }
     expect(runs.slice(0, 4)).toEqual([2, 2, 1, 0]);
   });
+
+  it("runs its clean-up deletes at most once per cleanupIntervalMs on its timer, and on every direct sweep", async () => {
+    const me = uniqueClient();
+    const keyed = (key: string) =>
+      api(own, "POST", "/v1/links", { clientId: me, body: validLink(), headers: { "idempotency-key": key } });
+    const keys = async () =>
+      (await own.db.execute<{ key: string }>(sql`SELECT key FROM idempotency_keys WHERE client_id = ${me} ORDER BY key`)).map(
+        (row) => row.key,
+      );
+    await keyed("first");
+    own.clock.advance(24 * 3_600_000);
+    const runs: number[] = [];
+    const sweeper = createSweeper({
+      db: own.db,
+      clock: own.clock,
+      logger: pino({ level: "silent" }),
+      intervalMs: 5,
+      cleanupIntervalMs: 60_000,
+      metrics: { ran: (n) => runs.push(n), failed: () => {} },
+    });
+    sweeper.start();
+    try {
+      await waitFor(() => runs.length >= 1);
+      expect(await keys()).toEqual([]); // the first run cleans up
+      await keyed("second");
+      own.clock.advance(24 * 3_600_000);
+      const seen = runs.length;
+      await waitFor(() => runs.length >= seen + 3);
+      expect(await keys()).toEqual(["second"]); // the runs since, within the minute, did not
+    } finally {
+      await sweeper.close();
+    }
+    await sweeper.sweep();
+    expect(await keys()).toEqual([]);
+  });
 });
 
 describe("Client-Id", () => {
