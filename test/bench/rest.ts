@@ -10,7 +10,7 @@
 //   npm run bench                 3 rounds of 10 s per path and target
 //   npm run bench -- --short      1 round of 0.75 s (what CI runs; prints, asserts nothing)
 //   --rounds N  --duration S      override
-import { type ChildProcess, execSync, fork, spawn } from "node:child_process";
+import { type ChildProcess, fork } from "node:child_process";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
 import postgres from "postgres";
@@ -21,7 +21,8 @@ import { CreateLinkRequestSchema, LinkService, LinkType } from "../../proto/gen/
 import { createLeanGrpcTransport } from "../../gateway/grpc-transport.js";
 import { createDatabase } from "../support/database.js";
 import { freePort, startNatsServer } from "../support/nats.js";
-import { childrenOf, cmdline, cpuMicros, machineTicks, postgresPids, rssBytes } from "./procs.js";
+import { cpuMicros, machineTicks, postgresPids, rssBytes } from "./procs.js";
+import { buildService, startService, stop } from "./service.js";
 
 const { values: opts } = parseArgs({
   options: {
@@ -66,15 +67,6 @@ interface Run {
   idle: number;
 }
 
-async function waitFor(url: string, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await fetch(url).then((r) => r.ok, () => false)) return;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${url} did not become ready`);
-}
-
 async function main() {
   const database = await createDatabase("paylink_bench");
   const admin = postgres(database.url, { max: 1, onnotice: () => {} });
@@ -83,39 +75,17 @@ async function main() {
   await admin.end();
   const pgPids = postgresPids(dataDirectory);
   const nats = await startNatsServer();
-  const [gatewayPort, linksPort, notifierPort, baselinePort, gatewayMetricsPort, linksMetricsPort] = await Promise.all(
-    [1, 2, 3, 4, 5, 6].map(() => freePort()),
-  );
+  const baselinePort = await freePort();
   const children: ChildProcess[] = [];
 
   try {
-    // The service, exactly as `npm start` runs it: built, then plain node.
-    execSync("npm run --silent build", { stdio: "inherit" });
-    const start = spawn(process.execPath, ["dist/services/dev/start.js"], {
-      env: {
-        ...process.env,
-        DATABASE_URL: database.url,
-        NATS_URL: nats.url,
-        GATEWAY_PORT: String(gatewayPort),
-        LINKS_PORT: String(linksPort),
-        NOTIFIER_PORT: String(notifierPort),
-        GATEWAY_METRICS_PORT: String(gatewayMetricsPort),
-        LINKS_METRICS_PORT: String(linksMetricsPort),
-        LOG_LEVEL: "warn",
-        RATE_LIMIT_CLIENT: "off",
-        RATE_LIMIT_PAY: "off",
-      },
-      stdio: ["ignore", "ignore", "inherit"],
-      detached: true,
-    });
-    children.push(start);
-    const serviceUrl = `http://127.0.0.1:${gatewayPort}`;
-    await waitFor(`${serviceUrl}/readyz`);
-    const byRole = (needle: string) => childrenOf(start.pid!).filter((pid) => cmdline(pid).includes(needle));
+    buildService();
+    const service = await startService(database.url, nats.url);
+    children.push(service.process);
     const servicePids: Record<string, () => number[]> = {
-      gateway: () => byRole("gateway/main."),
-      links: () => byRole("services/links/main."),
-      notifier: () => byRole("services/notifier/main."),
+      gateway: () => service.pidsOf("gateway/main."),
+      links: () => service.pidsOf("services/links/main."),
+      notifier: () => service.pidsOf("services/notifier/main."),
       postgres: pgPids,
     };
 
@@ -129,7 +99,7 @@ async function main() {
     const baselinePids: Record<string, () => number[]> = { baseline: () => [baseline.pid!], postgres: pgPids };
 
     const targets: Record<Target, { url: string; pids: Record<string, () => number[]>; ids: string[] }> = {
-      service: { url: serviceUrl, pids: servicePids, ids: await seed(serviceUrl) },
+      service: { url: service.url, pids: servicePids, ids: await seed(service.url) },
       baseline: { url: baselineUrl, pids: baselinePids, ids: await seed(baselineUrl) },
     };
     for (const target of Object.values(targets)) {
@@ -149,14 +119,9 @@ async function main() {
       }
     }
     printSummary(runs);
-    await grpcTimings(`http://127.0.0.1:${linksPort}`);
+    await grpcTimings(service.linksUrl);
   } finally {
-    for (const child of children.reverse()) {
-      if (child.exitCode !== null) continue;
-      const exited = new Promise((r) => child.once("exit", r));
-      child.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
-    }
+    for (const child of children.reverse()) await stop(child);
     await nats.stop();
     await database.drop();
   }
