@@ -16,7 +16,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { dropKey } from "../services/links/store.js";
-import { createSweeper } from "../services/links/sweeper.js";
+import { createSweeper, type SweeperOptions } from "../services/links/sweeper.js";
 import { createDatabase } from "./support/database.js";
 import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -417,20 +417,26 @@ describe("expiry sweeper", () => {
     expect(keys).toHaveLength(0);
   });
 
-  it("records one batch a run on its timer, so a backlog is worked off beside the requests, not instead of them", async () => {
-    const me = uniqueClient();
-    await Promise.all(Array.from({ length: 5 }, () => api(own, "POST", "/v1/links", { clientId: me, body: validLink({ expires_in: 60 }) })));
-    own.clock.advance(60_000);
+  /** A sweeper started on a 5 ms timer, and what each of its runs recorded. */
+  function timedSweeper(options: Partial<SweeperOptions>) {
     const runs: number[] = [];
     const sweeper = createSweeper({
       db: own.db,
       clock: own.clock,
       logger: pino({ level: "silent" }),
-      batchSize: 2,
       intervalMs: 5,
       metrics: { ran: (n) => runs.push(n), failed: () => {} },
+      ...options,
     });
     sweeper.start();
+    return { sweeper, runs };
+  }
+
+  it("records one batch a run on its timer, so a backlog is worked off beside the requests, not instead of them", async () => {
+    const me = uniqueClient();
+    await Promise.all(Array.from({ length: 5 }, () => api(own, "POST", "/v1/links", { clientId: me, body: validLink({ expires_in: 60 }) })));
+    own.clock.advance(60_000);
+    const { sweeper, runs } = timedSweeper({ batchSize: 2 });
     try {
       await waitFor(() => runs.length >= 4);
     } finally {
@@ -449,16 +455,7 @@ describe("expiry sweeper", () => {
       );
     await keyed("first");
     own.clock.advance(24 * 3_600_000);
-    const runs: number[] = [];
-    const sweeper = createSweeper({
-      db: own.db,
-      clock: own.clock,
-      logger: pino({ level: "silent" }),
-      intervalMs: 5,
-      cleanupIntervalMs: 60_000,
-      metrics: { ran: (n) => runs.push(n), failed: () => {} },
-    });
-    sweeper.start();
+    const { sweeper, runs } = timedSweeper({ cleanupIntervalMs: 60_000 });
     try {
       await waitFor(() => runs.length >= 1);
       expect(await keys()).toEqual([]); // the first run cleans up

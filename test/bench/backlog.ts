@@ -41,6 +41,8 @@ async function run(backlog: boolean) {
         FROM generate_series(1, ${DUE}::int) AS n`;
       await sql`VACUUM ANALYZE links`;
     }
+    // The bulk load's checkpoint would otherwise land in the measured seconds.
+    await sql`CHECKPOINT`;
     const service = await startService(database.url, nats.url);
     try {
       if (backlog) {
