@@ -1,9 +1,11 @@
 // Processes own their signals: the production command (`node <V8 flags>
 // dist/...`, as package.json's start:* scripts, the Dockerfile and compose run it,
 // compose with an init as PID 1) drains on SIGTERM under load, with no
-// failed request, exits, and leaves nothing listening.
+// failed request, exits, and leaves nothing listening; so does `npm start`
+// on Ctrl-C.
 import http from "node:http";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -222,6 +224,49 @@ describe("SIGTERM under load", () => {
       await services.close();
       slow.closeAllConnections();
       await new Promise((resolve) => slow.close(resolve));
+    }
+  });
+
+  it("`npm start` drains its three services on Ctrl-C and exits 0; with CPU_PROF_DIR each leaves a CPU profile", async () => {
+    const profiles = mkdtempSync(path.join(tmpdir(), "paylink-prof-"));
+    const [gatewayPort, linksPort, notifierPort] = await Promise.all([1, 2, 3].map(() => freePort()));
+    const start = spawnRole(
+      "gateway",
+      {
+        DATABASE_URL: database.url,
+        NATS_URL: nats.url,
+        GATEWAY_PORT: String(gatewayPort),
+        LINKS_PORT: String(linksPort),
+        NOTIFIER_PORT: String(notifierPort),
+        CPU_PROF_DIR: profiles,
+      },
+      ["node", "dist/services/dev/start.js"],
+    );
+    try {
+      try {
+        await waitReady(`http://127.0.0.1:${gatewayPort}/readyz`, 30_000, start);
+        const created = await fetch(`http://127.0.0.1:${gatewayPort}/v1/links`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "client-id": "signals" },
+          body: JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "Profiled" } }),
+        });
+        expect(created.status).toBe(201);
+      } finally {
+        start.signal("SIGINT");
+      }
+      expect(await start.exited, start.output()).toBe(0);
+      expect(start.output()).toContain("[start] stopped");
+      for (const port of [gatewayPort!, linksPort!, notifierPort!]) expect(await canConnect(port)).toBe(false);
+
+      const files = readdirSync(profiles).sort();
+      expect(files.map((file) => file.replace(/-\d+\.cpuprofile$/, ""))).toEqual(["gateway", "links", "notifier"]);
+      for (const file of files) {
+        const profile = JSON.parse(readFileSync(path.join(profiles, file), "utf8")) as { nodes: unknown[]; samples: unknown[] };
+        expect(profile.samples.length).toBeGreaterThan(0);
+      }
+    } finally {
+      start.signal("SIGKILL");
+      rmSync(profiles, { recursive: true, force: true });
     }
   });
 });

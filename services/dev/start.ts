@@ -25,6 +25,11 @@ const SERVICES = [
   ["notifier", "../notifier/main.ts"],
 ] as const;
 const log = (line: string) => console.log(`[start] ${line}`);
+// CPU_PROF_DIR=<dir>: each service writes a V8 CPU profile there as it exits
+// (README, Performance), named for its role and this run's start.
+const PROFILE_DIR = process.env.CPU_PROF_DIR;
+const profileFlags = (name: string) =>
+  PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE_DIR}`, `--cpu-prof-name=${name}-${Date.now()}.cpuprofile`] : [];
 
 let config;
 try {
@@ -58,7 +63,7 @@ try {
   // DeliveryService; one made for this run when none is given.
   const internalToken = config.internalToken ?? randomBytes(24).toString("base64url");
   for (const [name, file] of SERVICES) {
-    const child = services.spawn(process.execPath, [...NODE_FLAGS, ...LOADER, entry(file)], {
+    const child = services.spawn(process.execPath, [...NODE_FLAGS, ...profileFlags(name), ...LOADER, entry(file)], {
       env: { ...process.env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken },
     });
     stopEverythingWhenItDies(name, child);
