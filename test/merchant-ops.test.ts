@@ -425,6 +425,7 @@ describe("expiry sweeper", () => {
       clock: own.clock,
       logger: pino({ level: "silent" }),
       intervalMs: 5,
+      backlogIntervalMs: 5,
       metrics: { ran: (n) => runs.push(n), failed: () => {} },
       ...options,
     });
@@ -443,6 +444,20 @@ describe("expiry sweeper", () => {
       await sweeper.close();
     }
     expect(runs.slice(0, 4)).toEqual([2, 2, 1, 0]);
+  });
+
+  it("comes back soon only after a run that filled its batch, and waits its long interval once nothing more is due", async () => {
+    const me = uniqueClient();
+    await Promise.all(Array.from({ length: 5 }, () => api(own, "POST", "/v1/links", { clientId: me, body: validLink({ expires_in: 60 }) })));
+    own.clock.advance(60_000);
+    const { sweeper, runs } = timedSweeper({ batchSize: 2, intervalMs: 60_000 });
+    try {
+      await waitFor(() => runs.length >= 3);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(runs).toEqual([2, 2, 1]); // the third found less than a batch: the next run is a minute away
+    } finally {
+      await sweeper.close();
+    }
   });
 
   it("runs its clean-up deletes at most once per cleanupIntervalMs on its timer, and on every direct sweep", async () => {

@@ -9,6 +9,8 @@
 // and the database from the requests, which judge expiry as of now anyway.
 // It takes that second's share in four steps of 250, not one of 1,000: the
 // requests queued behind a smaller transaction wait less (README, "Expiry").
+// Only a run that filled its batch comes back after 250 ms; once nothing
+// more is due, the sweeper looks once a second, as an idle service needs.
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
@@ -23,8 +25,10 @@ export interface SweeperOptions {
   logger: Logger;
   /** Links one transaction records (default 250). */
   batchSize?: number;
-  /** Pause between timed runs (default 250 ms). */
+  /** Pause between timed runs while nothing more is due (default 1 s). */
   intervalMs?: number;
+  /** Pause after a run that filled its batches, so more is due; also before the first run (default 250 ms). */
+  backlogIntervalMs?: number;
   /** Least time between the timed runs' clean-up deletes (default 1 s). */
   cleanupIntervalMs?: number;
   /** Batches a timed run records at most (default 1); a direct sweep() takes everything due. */
@@ -37,7 +41,8 @@ export interface SweeperOptions {
 export function createSweeper(opts: SweeperOptions) {
   const { db, clock, logger } = opts;
   const batchSize = opts.batchSize ?? 250;
-  const intervalMs = opts.intervalMs ?? 250;
+  const intervalMs = opts.intervalMs ?? 1000;
+  const backlogIntervalMs = opts.backlogIntervalMs ?? 250;
   const cleanupIntervalMs = opts.cleanupIntervalMs ?? 1000;
   const batchesPerRun = opts.batchesPerRun ?? 1;
   let cleanedAt = -Infinity;
@@ -85,23 +90,29 @@ export function createSweeper(opts: SweeperOptions) {
     return total;
   }
 
-  function schedule() {
+  function schedule(delayMs: number) {
     if (stopped) return;
     timer = setTimeout(() => {
       // Pacing, not business time: the process's clock, not the injected one.
       const cleanUp = performance.now() - cleanedAt >= cleanupIntervalMs;
       if (cleanUp) cleanedAt = performance.now();
       running = sweep(batchesPerRun, cleanUp)
-        .then((n) => n > 0 && logger.debug({ expired: n }, "swept expired links"))
-        .catch((err: unknown) => logger.error({ err }, "expiry sweep failed"))
-        .finally(schedule);
-    }, intervalMs);
+        .then((n) => {
+          if (n > 0) logger.debug({ expired: n }, "swept expired links");
+          return n >= batchSize * batchesPerRun ? backlogIntervalMs : intervalMs;
+        })
+        .catch((err: unknown) => {
+          logger.error({ err }, "expiry sweep failed");
+          return intervalMs;
+        })
+        .then(schedule);
+    }, delayMs);
   }
 
   return {
     /** Sweeps every due link now (tests, benchmarks). */
     sweep: () => sweep(),
-    start: schedule,
+    start: () => schedule(backlogIntervalMs),
     async close() {
       stopped = true;
       clearTimeout(timer);
