@@ -4,12 +4,9 @@
 import { randomUUID } from "node:crypto";
 import { STATUS_CODES } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
-import { sendPage } from "./checkout/layout.js";
 import { checkout } from "./checkout/routes.js";
-import { statusPage } from "./checkout/status-page.js";
 import { badRequest, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
-import { clientIdRequired } from "../services/shared/rpc-errors.js";
-import { authenticationFirst, callerRefusal, hasClientId } from "./caller.js";
+import { authenticationFirst } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { registerOpenApi } from "./openapi.js";
 import { AJV_OPTIONS, describeSchemaError } from "./request-rules.js";
@@ -17,7 +14,7 @@ import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
 import { endSpans, tracedChildLogger } from "./trace.js";
-import { ALL_METHODS, sendError } from "./routing.js";
+import { ALL_METHODS, literalIfUndecodable, sendError } from "./routing.js";
 
 export type { GatewayDeps } from "./deps.js";
 
@@ -62,24 +59,13 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // Node caps a request head at 16 KiB, so no id is cut off by the router:
     // a long id is simply a link that does not exist (404, not 414).
     routerOptions: { maxParamLength: 16 * 1024 },
-    // The router refuses a path parameter it cannot percent-decode before any
-    // hook runs; answer in the contract's words all the same.
-    frameworkErrors: async (_err, req, reply) => {
-      reply.header("x-request-id", req.id);
-      if (req.url.startsWith("/v1/") && !hasClientId(req)) {
-        return sendError(reply, httpErrorOf(clientIdRequired())!);
-      }
-      // The key is judged before the link (check 6), as for any other id.
-      const refusal = req.url.startsWith("/v1/") ? await callerRefusal(req, deps.clients) : undefined;
-      if (refusal) return sendError(reply.header("cache-control", "no-store"), httpErrorOf(refusal)!);
-      // A customer gets the checkout's page, never a JSON body.
-      if (req.url.startsWith("/link/")) {
-        return sendPage(reply, 404, statusPage(404, { testMode: deps.paylinkEnv === "test" }));
-      }
-      // An id that cannot be decoded names no link (check 6).
-      const notFound = req.url.startsWith("/v1/links/") ? "Link not found" : "Not found";
-      return sendError(reply, { status: 404, message: notFound });
-    },
+    // A path that cannot be percent-decoded is taken literally, so that its
+    // routes answer it in their own order and words (routing.ts).
+    rewriteUrl: (req) => literalIfUndecodable(req.url!),
+    // What the router still refuses (a parameter over maxParamLength, which
+    // Node's 16 KiB head cap keeps out) gets the contract's error body.
+    frameworkErrors: (_err, req, reply) =>
+      sendError(reply.header("x-request-id", req.id), { status: 400, message: "Malformed request URL" }),
     // Requests Node's HTTP parser refuses (a head over 16 KiB, a malformed
     // line) never reach a route; they too get the contract's error body.
     clientErrorHandler: (err, socket) => {

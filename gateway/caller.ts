@@ -60,7 +60,7 @@ export async function authenticationFirst(req: FastifyRequest, clients: Clients,
 }
 
 /** The LinkService's refusal of the caller's credentials, if it refuses them. */
-export async function callerRefusal(req: FastifyRequest, clients: Clients): Promise<ConnectError | undefined> {
+async function callerRefusal(req: FastifyRequest, clients: Clients): Promise<ConnectError | undefined> {
   try {
     await clients.links.getCaller({}, asCaller(req));
   } catch (refusal) {

@@ -13,6 +13,26 @@ export function sendError(reply: FastifyReply, error: HttpError): FastifyReply {
   return reply.code(error.status).type("application/json; charset=utf-8").send({ error: error.message });
 }
 
+/**
+ * The URL with every "%" of its path taken as itself when the path cannot
+ * be percent-decoded (`/link/%E0%A4%A`). The router would refuse such a path
+ * before any hook ran; read literally, its id is one that names no link, and
+ * each route answers it as it answers any such id: the checkout's 404 page,
+ * the pay API's and /v1's JSON 404 after the checks that come first, 405 for
+ * a method the path does not take.
+ */
+export function literalIfUndecodable(url: string): string {
+  if (!url.includes("%")) return url;
+  const query = url.indexOf("?");
+  const path = query === -1 ? url : url.slice(0, query);
+  try {
+    decodeURIComponent(path);
+    return url;
+  } catch {
+    return path.replaceAll("%", "%25") + (query === -1 ? "" : url.slice(query));
+  }
+}
+
 /** How many times the request names a header (Node joins repeats into one value). */
 export function headerCount(req: FastifyRequest, name: string): number {
   let n = 0;

@@ -87,6 +87,24 @@ describe("routes", () => {
     expect(res.headers.get("x-request-id")).toMatch(UUID);
     expect(res.headers.get("content-type")).toBe(JSON_TYPE);
   });
+
+  // Read literally, an undecodable id is one more id that names no link:
+  // each route answers it in its own order and words.
+  it.each([
+    ["POST", "/link/%E0%A4%A/pay", { payment_method: "bank_transfer" }, 404, "Link not found"],
+    ["POST", "/link/%E0%A4%A/pay", {}, 400, "payment_method is required"],
+    ["GET", "/link/%E0%A4%A/pay", undefined, 405, "Method not allowed"],
+    ["POST", "/link/%E0%A4%A", undefined, 405, "Method not allowed"],
+    ["DELETE", "/v1/links/lnk-%E0%A4%A", undefined, 405, "Method not allowed"],
+    ["POST", "/v1/links/lnk-%E0%A4%A/expire", undefined, 404, "Link not found"],
+    ["GET", "/v1/links/lnk-%E0%A4%A/events", undefined, 404, "Link not found"],
+    ["GET", "/v1/links/%zz?limit=%ff", undefined, 404, "Link not found"],
+    ["GET", "/v1/%E0%A4%A/links", undefined, 404, "Not found"],
+  ])("%s %s with an id that cannot be decoded: as for any unknown id", async (method, path, body, status, error) => {
+    const res = await api(stack, method, path, body === undefined ? {} : { body });
+    expect(outcome(res)).toEqual({ status, body: { error } });
+    expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+  });
 });
 
 describe("every answer", () => {
