@@ -11,6 +11,7 @@ const REST_CONTRACT = [
   "test/checkout.test.ts",
   "test/payments.test.ts",
   "test/hardening.test.ts",
+  "test/malformed-input.test.ts",
   "test/rate-limits.test.ts",
 ];
 
