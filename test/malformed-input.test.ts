@@ -33,8 +33,12 @@ const CREATE_FIELDS = [
   ["data", "description"], ["data", "items"], ["data", "merchant_name"], ["data", "customer"], ["data", "customer", "email"],
   ["data", "allowed_payment_methods"], ["data", "redirect_url"], ["metadata"], ["metadata", "webhook"], ["metadata", "api_key"],
 ];
-const ODD_BODIES = ["", " ", "null", "[]", '"x"', "1", "true", "{", '{"type":', "{}{}", "\u0000", "\xff\xfe", "[".repeat(5000) + "]".repeat(5000)];
-const ODD_IDS = ["x", "%00", "%ff", "%E0%A4%A", "a".repeat(5000), "%E2%80%AE", "'", "%20", "%0d%0a", "lnk-" + "z".repeat(40)];
+const ODD_BODIES = [
+  "", " ", "null", "[]", '"x"', "1", "true", "{", '{"type":', "{}{}", "\u0000", "\xff\xfe", "[".repeat(5000) + "]".repeat(5000),
+];
+const ODD_IDS = [
+  "x", "%00", "%ff", "%E0%A4%A", "a".repeat(5000), "%E2%80%AE", "'", "%20", "%0d%0a", "lnk-" + "z".repeat(40),
+];
 const json = (path: string, body: string, headers: Record<string, string> = {}): Omit<Case, "label"> => ({
   method: "POST",
   path,
@@ -56,17 +60,25 @@ function withField(path: string[], value: unknown): string {
 function cases(): Case[] {
   const all: Case[] = [];
   for (const field of CREATE_FIELDS) {
-    for (const value of ODD_VALUES) all.push({ label: `${field.join(".")} = ${JSON.stringify(value)?.slice(0, 20)}`, ...json("/v1/links", withField(field, value)) });
+    for (const value of ODD_VALUES) {
+      const label = `${field.join(".")} = ${JSON.stringify(value)?.slice(0, 20)}`;
+      all.push({ label, ...json("/v1/links", withField(field, value)) });
+    }
   }
   for (const body of ODD_BODIES) {
     all.push({ label: `create body ${JSON.stringify(body).slice(0, 20)}`, ...json("/v1/links", body) });
     all.push({ label: `pay body ${JSON.stringify(body).slice(0, 20)}`, ...json(`/link/${linkId}/pay`, body) });
   }
-  for (const type of ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/json; charset=utf-16", "application/json, text/plain"]) {
+  const labels = [
+    "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/json; charset=utf-16",
+    "application/json, text/plain",
+  ];
+  for (const type of labels) {
     all.push({ label: `Content-Type ${type}`, ...json("/v1/links", JSON.stringify(validLink()), { "content-type": type }) });
   }
   for (const key of [" ", "a".repeat(300), "é", "a, b"]) {
-    all.push({ label: `Idempotency-Key ${JSON.stringify(key).slice(0, 20)}`, ...json("/v1/links", JSON.stringify(validLink()), { "idempotency-key": key }) });
+    const label = `Idempotency-Key ${JSON.stringify(key).slice(0, 20)}`;
+    all.push({ label, ...json("/v1/links", JSON.stringify(validLink()), { "idempotency-key": key }) });
   }
   for (const id of ODD_IDS) {
     const label = id.slice(0, 20);
@@ -78,7 +90,11 @@ function cases(): Case[] {
     all.push({ label: `page ${label}`, method: "GET", path: `/link/${id}`, clientId: null });
     all.push({ label: `pay ${label}`, ...json(`/link/${id}/pay`, '{"payment_method":"bank_transfer"}'), clientId: null });
   }
-  for (const query of ["limit=0", "limit=-1", "limit=1e2", "limit=abc", "limit=1&limit=2", "status=foo", "status=", "x=1", "%zz", "limit[]=1", `starting_after=${"a".repeat(3000)}`, "starting_after=%00", "limit=99999999999999999999"]) {
+  const queries = [
+    "limit=0", "limit=-1", "limit=1e2", "limit=abc", "limit=1&limit=2", "status=foo", "status=", "x=1", "%zz", "limit[]=1",
+    `starting_after=${"a".repeat(3000)}`, "starting_after=%00", "limit=99999999999999999999",
+  ];
+  for (const query of queries) {
     all.push({ label: `list ?${query.slice(0, 20)}`, method: "GET", path: `/v1/links?${query}` });
   }
   const card = (fields: object) => JSON.stringify({ payment_method: "card", card: fields });
