@@ -270,6 +270,39 @@ describe("when the processor or the clock get in the way", () => {
     expect([...sandbox.authorizations.values()]).toEqual(["captured"]);
   });
 
+  it("voids the hold of an attempt that lost the race though the answer to its COMMIT was lost", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    // The winner pays while the loser's processor is still authorizing; the
+    // loser's transaction then finds the link used and commits nothing, and
+    // only the answer to that COMMIT is lost.
+    let winner: Awaited<ReturnType<ReturnType<typeof paymentsWith>["complete"]>> | undefined;
+    const racing: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        winner = await paymentsWith(sandbox).complete(bankTransfer(id));
+        return sandbox.authorize(req);
+      },
+    };
+    const lossy = Object.create(stack.db, {
+      transaction: {
+        value: async (work: Parameters<typeof stack.db.transaction>[0]) => {
+          await stack.db.transaction(work);
+          throw new Error("connection lost");
+        },
+      },
+    }) as typeof stack.db;
+    const err = await paymentsWith(racing, undefined, lossy).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
+    const rows = await paymentRows(id);
+    expect(rows.map((row) => row.id)).toEqual([winner!.paymentId]);
+    // The winner's hold captured, the loser's released: one charge.
+    expect([...sandbox.authorizations.entries()]).toEqual([
+      [rows[0]!.authorizationId, "captured"],
+      [expect.not.stringMatching(rows[0]!.authorizationId), "voided"],
+    ]);
+  });
+
   it("voids the hold when the payment transaction fails before it commits", async () => {
     const id = await createLink();
     const sandbox = createSandboxProcessor();

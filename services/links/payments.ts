@@ -98,13 +98,16 @@ export function createPayments(deps: PaymentsDeps): Payments {
         redirectUrl: data.redirectUrl ? withIds(data.redirectUrl, row.id, paymentId) : undefined,
       });
       let txid: string | undefined;
+      // Whether this transaction took the link: a loser commits too (an
+      // empty transaction), so "it committed" alone does not say who won.
+      let tookLink = false;
       let won: boolean;
       try {
         won = await db.transaction(async (tx) => {
           txid = await store.currentTxid(tx);
           const now = clock.now();
-          const used = await store.markUsed(tx, row.id, now);
-          if (!used) return false;
+          tookLink = (await store.markUsed(tx, row.id, now)) !== undefined;
+          if (!tookLink) return false;
           await store.insertPayment(tx, {
             id: paymentId,
             linkId: row.id,
@@ -147,7 +150,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
         }
         if (outcome === "aborted") await voidQuietly(processor, auth.authorizationId, deps.logger);
         if (outcome !== "committed") throw err;
-        won = true;
+        won = tookLink;
       }
 
       if (!won) {
