@@ -90,6 +90,10 @@ export async function ensureDeadLetterStream(jsm: JetStreamManager, t: Topology)
  * because the notifier counts attempts itself and dead-letters after the
  * schedule; JetStream must never drop an event silently. ack_wait outlasts
  * one attempt (10 s), so a live notifier is never raced by a redelivery.
+ * max_ack_pending is unlimited too: a retry waits as a nak with a delay, and
+ * JetStream counts it as awaiting its ack all that time, so any cap would let
+ * one merchant's dead endpoint stop every other merchant's webhooks for days
+ * (the notifier's own in-flight limit is what bounds its work).
  */
 export async function ensureConsumer(jsm: JetStreamManager, t: Topology) {
   const config = {
@@ -99,17 +103,22 @@ export async function ensureConsumer(jsm: JetStreamManager, t: Topology) {
     filter_subject: `${t.eventSubjectPrefix}.>`,
     ack_wait: nanos(30_000),
     max_deliver: -1,
-    max_ack_pending: 1000,
+    max_ack_pending: -1,
   };
   try {
     await jsm.consumers.add(t.eventStream, config);
   } catch (err) {
-    // Exists with another configuration (an operator tuned it): keep theirs.
-    await jsm.consumers.info(t.eventStream, t.consumer).catch(() => {
+    // Exists with another configuration (an operator tuned it): keep theirs,
+    // but for the cap of 1,000 that the previous release set.
+    const existing = await jsm.consumers.info(t.eventStream, t.consumer).catch(() => {
       throw err;
     });
+    if (existing.config.max_ack_pending === PREVIOUS_MAX_ACK_PENDING) {
+      await jsm.consumers.update(t.eventStream, t.consumer, { max_ack_pending: config.max_ack_pending });
+    }
   }
 }
+const PREVIOUS_MAX_ACK_PENDING = 1000;
 
 /** A stream that exists with a setting that cannot be changed in place: the process will not use it. */
 export class StreamConflictError extends Error {}
