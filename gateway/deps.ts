@@ -1,6 +1,6 @@
 // What the gateway's app and each of its plugins are built from, handed in
 // (the LinkService client first): nothing is imported as a singleton.
-import type { RateLimit } from "../services/shared/config.js";
+import type { AuthMode, RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
 import type { Clients } from "./clients.js";
 import type { GatewayMetrics } from "./metrics.js";
@@ -9,6 +9,8 @@ export interface GatewayDeps {
   clients: Clients;
   logger: Logger;
   paylinkEnv: "test" | "production";
+  /** PAYLINK_AUTH, as the LinkService has it: what identifies a client to the rate limit. */
+  auth: AuthMode;
   /** Per client on /v1; off when absent. */
   rateLimitClient?: RateLimit;
   /** Per address on pay; off when absent. */

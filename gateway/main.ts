@@ -7,6 +7,7 @@ await runMain("gateway", async (config, logger) => {
     linksUrl: config.linksUrl,
     port: config.gatewayPort,
     paylinkEnv: config.env,
+    auth: config.auth,
     logger,
     rateLimitClient: config.rateLimitClient,
     rateLimitPay: config.rateLimitPay,

@@ -35,9 +35,9 @@ const LIST_LINKS: RequestRules = {
 };
 
 /** Registered with prefix /v1. */
-export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, rateLimitClient, metrics }) => {
+export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth, rateLimitClient, metrics }) => {
   const { links } = clients;
-  const limited = limitFor(rateLimitClient, clientKey);
+  const limited = limitFor(rateLimitClient, clientKey(auth));
 
   // Check 1 of the contract, before the body is read or parsed.
   v1.addHook("onRequest", async (req, reply) => {

@@ -1,4 +1,4 @@
-import type { RateLimit } from "../services/shared/config.js";
+import type { AuthMode, RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
 import { buildGateway } from "./app.js";
 import { createClients } from "./clients.js";
@@ -10,6 +10,8 @@ export interface GatewayOptions {
   port: number;
   host?: string;
   paylinkEnv: "test" | "production";
+  /** PAYLINK_AUTH, as the LinkService has it. */
+  auth: AuthMode;
   logger: Logger;
   rateLimitClient?: RateLimit;
   rateLimitPay?: RateLimit;

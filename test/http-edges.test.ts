@@ -172,7 +172,7 @@ async function startPair(databaseUrl: string) {
     processor: undefined,
     logger: silent,
   });
-  const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${links.port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", logger: silent });
+  const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${links.port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: "client-id", logger: silent });
   return { links, gateway, closeDb, gatewayUrl: `http://127.0.0.1:${gateway.port}` };
 }
 
@@ -213,7 +213,7 @@ describe("when the LinkService is down", () => {
         server.close(() => resolve(port));
       });
     });
-    const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", logger: silent });
+    const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: "client-id", logger: silent });
     try {
       const res = await api({ gatewayUrl: `http://127.0.0.1:${gateway.port}` }, "GET", "/readyz");
       expect(outcome(res)).toEqual({ status: 503, body: { status: "not ready" } });

@@ -32,6 +32,46 @@ describe("per client on /v1", () => {
     // Another client has its own budget.
     expect((await api(stack, "GET", "/v1/links", { clientId: "rl-other" })).status).toBe(200);
   });
+
+  it("refills at the rate: once the burst is spent, the rate and no more", async () => {
+    const get = async () => (await api(stack, "GET", "/v1/links", { clientId: "rl-refill" })).status;
+    const burst = [];
+    for (let i = 0; i < 5; i++) burst.push(await get());
+    expect(burst).toEqual([200, 200, 200, 200, 429]);
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // 2/s: two requests' worth
+    expect([await get(), await get(), await get()]).toEqual([200, 200, 429]);
+  });
+
+  it("with PAYLINK_AUTH=client-id, counts a client as one whatever Authorization its requests carry", async () => {
+    const own = await startStack({ auth: "client-id", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
+    try {
+      const statuses = [];
+      for (let i = 0; i < 5; i++) {
+        const headers = { authorization: `Bearer made-up-${i}` };
+        statuses.push((await api(own, "GET", "/v1/links", { clientId: "rl-one", headers })).status);
+      }
+      expect(statuses).toEqual([200, 200, 200, 200, 429]);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("with PAYLINK_AUTH=api-key, made-up keys do not spend the merchant's budget", async () => {
+    const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
+    try {
+      const stranger = [];
+      for (let i = 0; i < 5; i++) {
+        const headers = { authorization: `Bearer sk_test_${String(i).repeat(32)}` };
+        stranger.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim", headers })).status);
+      }
+      expect(stranger).toEqual([401, 401, 401, 401, 401]);
+      const merchant = [];
+      for (let i = 0; i < 5; i++) merchant.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim" })).status);
+      expect(merchant).toEqual([200, 200, 200, 200, 429]);
+    } finally {
+      await own.close();
+    }
+  });
 });
 
 describe("per address on pay", () => {

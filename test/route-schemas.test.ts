@@ -54,7 +54,7 @@ const clients = {
 
 beforeAll(async () => {
   metrics = createGatewayMetrics();
-  app = buildGateway({ clients, logger: pino({ level: "silent" }), paylinkEnv: "test", metrics });
+  app = buildGateway({ clients, logger: pino({ level: "silent" }), paylinkEnv: "test", auth: "client-id", metrics });
   await app.ready();
 });
 afterAll(() => app?.close());

@@ -55,6 +55,7 @@ async function main() {
       port: 0,
       host: "127.0.0.1",
       paylinkEnv: "test",
+      auth: "client-id",
       logger,
     });
     closers.push(gateway.close);
