@@ -92,11 +92,18 @@ describe("REST", () => {
     expect(res).toMatchObject({ status: 400, body: { error: "data.amount.currency must be a three-letter ISO 4217 currency code" } });
   });
 
-  it("stores redirect_url and cancel_url in their canonical form", async () => {
-    const res = await createWith({}, { redirect_url: "https:evil.example.com", cancel_url: "HTTPS://Shop.Example.com:443/a/../cancel" });
+  it("carries back redirect_url and cancel_url as sent; the page and the redirect use their canonical form", async () => {
+    const sent = { redirect_url: "https:evil.example.com", cancel_url: "HTTPS://Shop.Example.com:443/a/../cancel" };
+    const res = await createWith({}, sent);
     expect(res.status).toBe(201);
-    expect(res.body.data.redirect_url).toBe("https://evil.example.com/");
-    expect(res.body.data.cancel_url).toBe("https://shop.example.com/cancel");
+    expect(res.body.data).toMatchObject(sent);
+    expect((await api(stack, "GET", `/v1/links/${res.body.id}`)).body.data).toMatchObject(sent);
+
+    const page = await fetch(`${stack.gatewayUrl}/link/${res.body.id}`).then((r) => r.text());
+    expect(page).toContain('href="https://shop.example.com/cancel"');
+    const paid = await api(stack, "POST", `/link/${res.body.id}/pay`, { clientId: null, body: { payment_method: "bank_transfer" } });
+    expect(paid.status).toBe(200);
+    expect(paid.body.redirect_url).toBe(`https://evil.example.com/?link_id=${res.body.id}&payment_id=${paid.body.payment_id}`);
   });
 
   it.each([" whsec_1", "whsec_1 ", "  "])("refuses an api_key with spaces at an edge (%j)", async (apiKey) => {

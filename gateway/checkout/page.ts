@@ -33,7 +33,7 @@ export function checkoutPage(checkout: Checkout, opts: PageOptions): string {
   const names = methods.map((m) => methodName(m)!);
   const offersCard = methods.includes(PaymentMethod.CARD);
   const customer = data.customer;
-  const cancelUrl = data.cancelUrl && /^https?:\/\//i.test(data.cancelUrl) ? data.cancelUrl : undefined;
+  const cancelUrl = canonicalHttpUrl(data.cancelUrl);
   const expiresAt = checkout.expiresAt ? formatExpiry(timestampDate(checkout.expiresAt)) : undefined;
 
   const items = data.items.length
@@ -116,4 +116,11 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
 </footer>
 </main>`;
   return documentOf(`Pay ${total}${data.merchantName ? ` to ${data.merchantName}` : ""}`, body, { script: true });
+}
+
+/** What the browser would follow: the URL's canonical form, for http and https only. */
+function canonicalHttpUrl(value: string | undefined): string | undefined {
+  if (!value || !URL.canParse(value)) return undefined;
+  const url = new URL(value);
+  return url.protocol === "http:" || url.protocol === "https:" ? url.href : undefined;
 }

@@ -188,7 +188,10 @@ function optionalText(path: string, value: string | undefined, max: number): voi
   if (value !== undefined && length(value) > max) throw invalid(`${path} must be at most ${max} characters`);
 }
 
-/** The URL in its canonical form (WHATWG serialization). */
+/**
+ * The URL as the client sent it, which `data` carries back (the contract);
+ * the page and the redirect use its canonical form (WHATWG serialization).
+ */
 function httpUrl(path: string, value: string): string {
   noNul(path, value);
   let url: URL | undefined;
@@ -200,5 +203,5 @@ function httpUrl(path: string, value: string): string {
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || length(value) > 2048 || url.href.length > 2048) {
     throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
   }
-  return url.href;
+  return value;
 }
