@@ -19,6 +19,16 @@ export interface LeanTransportOptions {
 }
 
 const { NGHTTP2_CANCEL } = http2.constants;
+// A call allowed longer than the contract's 2 s (pay: the processor's round
+// trip is inside it) cannot wait out its deadline to learn that the
+// LinkService hangs (frozen, or its event loop blocked): while one is open
+// the session is pinged, and a LinkService that has answered no ping for
+// LIVENESS_MS fails those calls with Unavailable (503). A busy one answers
+// pings between calls; only the long calls give up, the others keep their
+// own deadlines.
+const LONG_CALL_MS = 2_000;
+const LIVENESS_MS = 1_250;
+const PING_EVERY_MS = 250;
 // Answers carry no header or trailer anyone reads; one empty object serves all.
 const NO_HEADERS = new Headers();
 const ignore = () => {};
@@ -26,6 +36,7 @@ const ignore = () => {};
 export function createLeanGrpcTransport(options: LeanTransportOptions): Transport & { close(): void } {
   const authority = new URL(options.baseUrl);
   let session: http2.ClientHttp2Session | undefined;
+  let liveness: ReturnType<typeof watchLiveness> | undefined;
   let closed = false;
 
   function currentSession(): http2.ClientHttp2Session {
@@ -45,6 +56,7 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
     fresh.once("close", () => clearInterval(ping));
     fresh.unref(); // an idle connection must not keep the process alive
     session = fresh;
+    liveness = watchLiveness(fresh);
     return fresh;
   }
 
@@ -79,10 +91,15 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
         return reject(new ConnectError("the LinkService cannot be reached", Code.Unavailable, undefined, undefined, err));
       }
       let settled = false;
+      const unwatch =
+        deadline > LONG_CALL_MS
+          ? liveness?.watch(() => finish(new ConnectError(`the LinkService answered no ping for ${LIVENESS_MS} ms`, Code.Unavailable)))
+          : undefined;
       const finish = (outcome: ConnectError | UnaryResponse<I, O>) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
+        unwatch?.();
         signal?.removeEventListener("abort", onAbort);
         detach();
         if (outcome instanceof ConnectError) {
@@ -171,6 +188,43 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
     close() {
       closed = true;
       session?.close();
+    },
+  };
+}
+
+/** Pings the session while anyone watches; tells the watchers when no ping has been answered for LIVENESS_MS. */
+function watchLiveness(session: http2.ClientHttp2Session) {
+  const watchers = new Set<() => void>();
+  let ticker: NodeJS.Timeout | undefined;
+  let lastAnswer = 0;
+  let pinging = false;
+
+  function tick() {
+    if (Date.now() - lastAnswer > LIVENESS_MS) {
+      for (const onUnresponsive of [...watchers]) onUnresponsive();
+      return;
+    }
+    if (pinging || session.destroyed) return;
+    pinging = true;
+    // A ping cancelled (the session still connecting, or closing) is no answer.
+    session.ping((err) => {
+      pinging = false;
+      if (!err) lastAnswer = Date.now();
+    });
+  }
+
+  return {
+    watch(onUnresponsive: () => void): () => void {
+      if (watchers.size === 0) {
+        lastAnswer = Date.now();
+        ticker = setInterval(tick, PING_EVERY_MS).unref();
+        tick();
+      }
+      watchers.add(onUnresponsive);
+      return () => {
+        watchers.delete(onUnresponsive);
+        if (watchers.size === 0) clearInterval(ticker);
+      };
     },
   };
 }

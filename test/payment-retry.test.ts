@@ -141,4 +141,41 @@ describe("the LinkService killed mid-pay", () => {
     // The kill really met customers: some were told to retry.
     expect(seen.some((r) => r.status === 503 || r.status === 0)).toBe(true);
   });
+
+  it("a frozen LinkService (SIGSTOP): pay answers 503 within 2 s, and the retry with the same key gets the one payment", async () => {
+    const created = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    const key = randomUUID();
+    const body = { payment_method: "card", card: CARD };
+    services.links.signal("SIGSTOP");
+    let frozen;
+    const started = performance.now();
+    try {
+      frozen = await pay(services.gatewayUrl, id, body, key);
+    } finally {
+      services.links.signal("SIGCONT");
+    }
+    const ms = performance.now() - started;
+    expect({ status: frozen.status, body: frozen.text, retryAfter: frozen.headers.get("retry-after") }).toEqual({
+      status: 503,
+      body: JSON.stringify({ error: "Service unavailable" }),
+      retryAfter: "1",
+    });
+    expect(ms).toBeLessThan(2_000);
+
+    let retried = await pay(services.gatewayUrl, id, body, key);
+    for (let i = 0; i < 20 && retried.status === 503; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      retried = await pay(services.gatewayUrl, id, body, key);
+    }
+    expect(retried.status).toBe(200);
+    const sql = postgres(database.url, { max: 1, onnotice: () => {} });
+    try {
+      const rows = await sql<{ id: string }[]>`select id from payments where link_id = ${id}`;
+      expect(rows.map((row) => row.id)).toEqual([JSON.parse(retried.text).payment_id]);
+    } finally {
+      await sql.end();
+    }
+  });
 });
