@@ -230,4 +230,36 @@ describe("events from before the delivery log", () => {
     }
     expect(receiver.requests).toHaveLength(2);
   });
+
+  it("an old outbox row the previous release had published is stripped, and not delivered again", async () => {
+    const { receiver, webhooks, reconciler, db, rowsOf, allPublished } = await setup(() => 200, [50]);
+    const paid = await webhooks.pay({ webhook: receiver.url, api_key: "legacy-key" });
+    await waitFor(allPublished);
+    const [row] = await rowsOf([paid.linkId]);
+    // As the previous release left an event its relay had published and its
+    // notifier delivered: published, no delivery row, secrets inside.
+    await db.delete(deliveries).where(eq(deliveries.eventId, row!.eventId));
+    const event = deliveryEvent(row!);
+    Object.assign(event.payload.value!, { webhookUrl: receiver.url, apiKey: "legacy-key" });
+    await db.delete(outbox).where(eq(outbox.id, row!.eventId));
+    const legacyRowId = randomUUID();
+    await db.insert(outbox).values({
+      id: legacyRowId,
+      subject: "paylink.events.payment.completed",
+      payload: toBinary(EventSchema, event),
+      createdAt: row!.createdAt,
+      publishedAt: row!.createdAt,
+      idsOnly: false,
+    });
+
+    expect(await reconciler.adoptLegacy()).toBe(1);
+    const [stripped] = await db.select().from(outbox).where(eq(outbox.id, legacyRowId));
+    expect(Buffer.from(stripped!.payload).includes("legacy-key")).toBe(false);
+    // The stream owns its delivery, as in the release that published it:
+    // nothing here schedules it again, however long one waits.
+    webhooks.stack.clock.advance(10 * RECONCILE_AFTER_MS);
+    expect(await reconciler.reconcile()).toBe(0);
+    expect(await rowsOf([paid.linkId])).toEqual([]);
+    expect(receiver.requests).toHaveLength(0);
+  });
 });

@@ -81,7 +81,11 @@ export function createReconciler(opts: ReconcilerOptions) {
         if (event.payload.case !== "paymentCompleted") continue;
         const completed = event.payload.value;
         const at = event.occurredAt ? timestampDate(event.occurredAt) : row.createdAt;
-        const link = await store.findLink(tx, event.linkId);
+        // A row the previous release published is the stream's to deliver,
+        // as it was in that release (StartAttempt makes its delivery row if
+        // the stream still holds it); scheduling it here would deliver again
+        // every event that release had delivered in the outbox's last day.
+        const link = row.publishedAt === null ? await store.findLink(tx, event.linkId) : undefined;
         if (link) await store.insertDelivery(tx, newDelivery({ ...completed, id: event.id }, link, at));
         completed.webhookUrl = "";
         completed.apiKey = "";
