@@ -355,6 +355,45 @@ describe("when the processor or the clock get in the way", () => {
     expect((await pay(id)).status).toBe(200);
   });
 
+  it("backs off a capture that keeps failing, so it never holds up the payments behind it", async () => {
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    const captureDown: PaymentProcessor = { ...sandbox, capture: async () => Promise.reject(new Error("timeout")) };
+    const [stuck, behind] = [await createLink(), await createLink()];
+    await paymentsWith(captureDown, clock).complete(bankTransfer(stuck));
+    clock.advance(10);
+    await paymentsWith(captureDown, clock).complete(bankTransfer(behind));
+    const [stuckPayment] = await paymentRows(stuck);
+    // Its authorization lapsed at the processor: it will never capture.
+    let lapsed = true;
+    const processor: PaymentProcessor = {
+      ...sandbox,
+      capture: async (authorizationId) =>
+        authorizationId === stuckPayment!.authorizationId && lapsed ? Promise.reject(new Error("authorization expired")) : sandbox.capture(authorizationId),
+    };
+    // One payment per pass, standing for the 100 of a full pass.
+    const retrier = createCaptureRetrier({ db: stack.db, processor, clock, logger: silent, batchSize: 1 });
+    clock.advance(31_000);
+    expect(await retrier.retry()).toBe(0); // the stuck one fails, and steps aside
+    expect(await retrier.retry()).toBe(1);
+    expect((await paymentRows(behind))[0]!.capturedAt).toEqual(clock.now());
+    expect((await paymentRows(stuck))[0]).toMatchObject({ capturedAt: null, captureAttempts: 1 });
+
+    // Tried again after 30 s, then 60 s: the waits double.
+    clock.advance(29_000);
+    await retrier.retry();
+    expect((await paymentRows(stuck))[0]!.captureAttempts).toBe(1);
+    clock.advance(2_000);
+    await retrier.retry();
+    expect((await paymentRows(stuck))[0]!.captureAttempts).toBe(2);
+    lapsed = false;
+    clock.advance(59_000);
+    expect(await retrier.retry()).toBe(0);
+    clock.advance(2_000);
+    expect(await retrier.retry()).toBe(1);
+    expect((await paymentRows(stuck))[0]!.capturedAt).toEqual(clock.now());
+  });
+
   it("captures again, harmlessly, a capture that went through but was never recorded", async () => {
     const id = await createLink();
     const clock = testClock(stack.clock.now());

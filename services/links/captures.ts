@@ -9,6 +9,14 @@ import * as store from "./store.js";
 
 // Long enough that the payment path's own capture has had its chance.
 const GRACE_MS = 30_000;
+// A capture that fails waits before the job tries it again, 30 s doubling up
+// to an hour, so payments that cannot be captured (an authorization the
+// processor let lapse) never stand in front of the ones that can.
+const RETRY_FIRST_MS = 30_000;
+const RETRY_MAX_MS = 3_600_000;
+// A capture holds its payment's row lock and a pool connection: one that
+// hangs is given up (and tried again later; capture is idempotent).
+const CAPTURE_TIMEOUT_MS = 15_000;
 
 export async function captureAndRecord(
   db: Executor,
@@ -41,19 +49,23 @@ export function createCaptureRetrier(opts: {
    * slow or failing capture holds no other and undoes none.
    */
   async function retry(): Promise<number> {
-    const before = new Date(clock.now().getTime() - GRACE_MS);
+    const now = clock.now();
+    const before = new Date(now.getTime() - GRACE_MS);
     let captured = 0;
-    for (const id of await store.uncapturedPaymentIds(db, before, opts.batchSize ?? 100)) {
+    for (const id of await store.uncapturedPaymentIds(db, before, now, opts.batchSize ?? 100)) {
       try {
         const done = await db.transaction(async (tx) => {
           const payment = await store.lockUncaptured(tx, id);
           if (!payment) return false; // recorded meanwhile, or another copy has it
-          await captureAndRecord(tx, processor, clock, payment);
+          await withTimeout(captureAndRecord(tx, processor, clock, payment), CAPTURE_TIMEOUT_MS);
           return true;
         });
         if (done) captured++;
       } catch (err) {
-        logger.error({ err, paymentId: id }, "capture retry failed");
+        logger.error({ err, paymentId: id }, "capture retry failed; tried again after a back-off");
+        await store.deferCapture(db, id, clock.now(), RETRY_FIRST_MS, RETRY_MAX_MS).catch((e: unknown) =>
+          logger.error({ err: e, paymentId: id }, "could not defer a failed capture"),
+        );
       }
     }
     return captured;
@@ -77,4 +89,12 @@ export function createCaptureRetrier(opts: {
       await running;
     },
   };
+}
+
+function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the capture did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }

@@ -59,6 +59,9 @@ export const payments = pgTable(
     /** The processor's hold; captured once the link is ours, retried until it is. */
     authorizationId: text("authorization_id").notNull(),
     capturedAt: at("captured_at"),
+    /** Failed captures by the capture job, and when it may try again (none yet: after its grace period). */
+    captureAttempts: integer("capture_attempts").notNull().default(0),
+    captureRetryAt: at("capture_retry_at"),
     amountValue: bigint("amount_value", { mode: "bigint" }).notNull(),
     currency: char("currency", { length: 3 }).notNull(),
     method: text("method", { enum: ["card", "bank_transfer"] }).notNull(),

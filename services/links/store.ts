@@ -152,15 +152,35 @@ export async function markCaptured(db: Executor, id: string, at: Date): Promise<
   await db.update(payments).set({ capturedAt: at }).where(eq(payments.id, id));
 }
 
-/** Payments made before `before` whose capture is not recorded yet, oldest first. */
-export async function uncapturedPaymentIds(db: Executor, before: Date, limit: number): Promise<string[]> {
+/**
+ * Payments made before `before` whose capture is not recorded yet and may be
+ * tried `now` (one whose capture failed waits out its back-off), oldest first.
+ */
+export async function uncapturedPaymentIds(db: Executor, before: Date, now: Date, limit: number): Promise<string[]> {
   const rows = await db
     .select({ id: payments.id })
     .from(payments)
-    .where(and(isNull(payments.capturedAt), lte(payments.createdAt, before)))
+    .where(
+      and(
+        isNull(payments.capturedAt),
+        lte(payments.createdAt, before),
+        or(isNull(payments.captureRetryAt), lte(payments.captureRetryAt, now)),
+      ),
+    )
     .orderBy(asc(payments.createdAt))
     .limit(limit);
   return rows.map((row) => row.id);
+}
+
+/** A failed capture: tried again after `firstMs`, doubling with each failure up to `maxMs`. */
+export async function deferCapture(db: Executor, id: string, now: Date, firstMs: number, maxMs: number): Promise<void> {
+  await db
+    .update(payments)
+    .set({
+      captureAttempts: sql`${payments.captureAttempts} + 1`,
+      captureRetryAt: sql`${now.toISOString()}::timestamptz + least(${firstMs} * power(2, ${payments.captureAttempts}), ${maxMs}) * interval '1 millisecond'`,
+    })
+    .where(and(eq(payments.id, id), isNull(payments.capturedAt)));
 }
 
 /** Holds one uncaptured payment for this transaction; undefined when recorded or held elsewhere. */
