@@ -2,10 +2,12 @@
 // Gets and creates, the REST hot path, travel in natural batches: what
 // queued while the previous call was in flight goes as one BatchGetLinks or
 // BatchCreateLinks call, each item with its own caller and its own result.
-import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus } from "../proto/gen/grpc/health/v1/health_pb.js";
 import {
+  BatchCreateLinksRequestSchema,
+  BatchGetLinksRequestSchema,
   type CreateLinkRequest,
   type CreateLinkResponse,
   type GetLinkResponse,
@@ -13,6 +15,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatcher } from "../services/shared/batcher.js";
 import { createLeanGrpcTransport } from "./grpc-transport.js";
+import { type BatchStreamClient, createBatchStreamClient, MAX_STREAM_MESSAGE_BYTES } from "./batch-stream.js";
 import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 
 // A second call of each kind goes beside the one in flight only once 16
@@ -49,22 +52,18 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
   const transport = createLeanGrpcTransport({ baseUrl: linksUrl, pingIntervalMs: 15_000, defaultTimeoutMs: deadlineMs });
   const links = createClient(LinkService, transport);
   const health = createClient(Health, transport);
+  const batchStream = createBatchStreamClient(transport.session);
+  const batches = createBatchHop(links, batchStream);
 
   const gets = createBatcher<Queued<{ caller: Caller; id: string }>, GetLinkResponse>(
     withinDeadlines(async (items, timeoutMs) =>
-      results(
-        items.length,
-        (await links.batchGetLinks({ items: items.map(({ caller, id }) => batchItem(caller, { id })) }, { timeoutMs })).results,
-      ),
+      results(items.length, (await batches.getLinks(items.map(({ caller, id }) => batchItem(caller, { id })), timeoutMs)).results),
     ),
     BATCHING,
   );
   const creates = createBatcher<Queued<{ caller: Caller; request: CreateLinkRequest }>, CreateLinkResponse>(
     withinDeadlines(async (items, timeoutMs) =>
-      results(
-        items.length,
-        (await links.batchCreateLinks({ items: items.map(({ caller, request }) => batchItem(caller, request)) }, { timeoutMs })).results,
-      ),
+      results(items.length, (await batches.createLinks(items.map(({ caller, request }) => batchItem(caller, request)), timeoutMs)).results),
     ),
     BATCHING,
   );
@@ -72,7 +71,10 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
 
   return {
     links,
-    close: () => transport.close(),
+    close: () => {
+      batchStream.close();
+      transport.close();
+    },
     getLink: (caller: Caller, id: string) => gets.add({ value: { caller, id }, deadline: due() }),
     createLink: (caller: Caller, request: CreateLinkRequest) => creates.add({ value: { caller, request }, deadline: due() }),
     async ready(): Promise<boolean> {
@@ -101,6 +103,50 @@ function batchItem<R>(caller: Caller, request: R) {
     request,
   };
 }
+
+/**
+ * A batch call, as a message of the stream of batches where the LinkService
+ * serves it, else (an older LinkService during a rolling deploy: UNIMPLEMENTED,
+ * asked again after a minute) as a unary call.
+ */
+function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamClient) {
+  let unaryUntil = 0;
+  async function viaStream<T>(call: () => Promise<T>, unary: () => Promise<T>): Promise<T> {
+    if (Date.now() < unaryUntil) return unary();
+    try {
+      return await call();
+    } catch (err) {
+      if (!(err instanceof ConnectError) || err.code !== Code.Unimplemented) throw err;
+      unaryUntil = Date.now() + UNARY_AFTER_UNIMPLEMENTED_MS;
+      return unary();
+    }
+  }
+  return {
+    getLinks: (items: MessageInitShape<typeof BatchGetLinksRequestSchema>["items"], timeoutMs: number) =>
+      viaStream(
+        async () => {
+          const answer = await stream.call({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items }) }, timeoutMs);
+          if (answer.case !== "getLinks") throw new ConnectError("the batch stream answered another call", Code.Internal);
+          return answer.value;
+        },
+        () => links.batchGetLinks({ items }, { timeoutMs }),
+      ),
+    createLinks: (items: MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"], timeoutMs: number) =>
+      viaStream(
+        async () => {
+          const request = create(BatchCreateLinksRequestSchema, { items });
+          if (toBinary(BatchCreateLinksRequestSchema, request).length > MAX_STREAM_MESSAGE_BYTES) {
+            return links.batchCreateLinks(request, { timeoutMs });
+          }
+          const answer = await stream.call({ case: "createLinks", value: request }, timeoutMs);
+          if (answer.case !== "createLinks") throw new ConnectError("the batch stream answered another call", Code.Internal);
+          return answer.value;
+        },
+        () => links.batchCreateLinks({ items }, { timeoutMs }),
+      ),
+  };
+}
+const UNARY_AFTER_UNIMPLEMENTED_MS = 60_000;
 
 /** A request waiting for a batch, and when its own deadline passes. */
 interface Queued<T> {

@@ -9,6 +9,7 @@ import http2 from "node:http2";
 import { create, type DescMessage, type DescMethodUnary, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport, type UnaryResponse } from "@connectrpc/connect";
 import { codeFromHttpStatus, findTrailerError } from "@connectrpc/connect/protocol-grpc";
+import { HTTP2_SETTINGS } from "../services/shared/http2-settings.js";
 
 export interface LeanTransportOptions {
   baseUrl: string;
@@ -33,7 +34,9 @@ const PING_EVERY_MS = 250;
 const NO_HEADERS = new Headers();
 const ignore = () => {};
 
-export function createLeanGrpcTransport(options: LeanTransportOptions): Transport & { close(): void } {
+export function createLeanGrpcTransport(
+  options: LeanTransportOptions,
+): Transport & { close(): void; session(): http2.ClientHttp2Session } {
   const authority = new URL(options.baseUrl);
   let session: http2.ClientHttp2Session | undefined;
   let liveness: ReturnType<typeof watchLiveness> | undefined;
@@ -41,7 +44,7 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
 
   function currentSession(): http2.ClientHttp2Session {
     if (session && !session.closed && !session.destroyed) return session;
-    const fresh = http2.connect(authority);
+    const fresh = http2.connect(authority, HTTP2_SETTINGS);
     // Errors reach the streams that were open; a new call opens a new session.
     fresh.on("error", () => {});
     const forget = () => {
@@ -182,6 +185,8 @@ export function createLeanGrpcTransport(options: LeanTransportOptions): Transpor
 
   return {
     unary,
+    /** The one HTTP/2 session, made anew when the last one ended: for the stream of batches. */
+    session: currentSession,
     stream() {
       return Promise.reject(new ConnectError("streaming calls are not supported by this transport", Code.Unimplemented));
     },
@@ -235,7 +240,7 @@ function requestHeaders(header: HeadersInit | undefined): Record<string, string>
   return header as Record<string, string>;
 }
 
-function toHeaders(h2: http2.IncomingHttpHeaders): Headers {
+export function toHeaders(h2: http2.IncomingHttpHeaders): Headers {
   const headers = new Headers();
   for (const [name, value] of Object.entries(h2)) {
     if (name.startsWith(":") || value === undefined) continue;

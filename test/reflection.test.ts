@@ -45,6 +45,7 @@ describe("gRPC server reflection", () => {
         "grpc.reflection.v1alpha.ServerReflection",
         "paylink.admin.v1.AdminService",
         "paylink.internal.v1.DeliveryService",
+        "paylink.internal.v1.LinkBatchService",
         "paylink.v1.LinkService",
       ].sort(),
     );

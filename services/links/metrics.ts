@@ -93,6 +93,16 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
         },
       };
     },
+    /**
+     * One call of the stream of batches, counted as the unary call it stands
+     * for (the stream itself is not an RPC anyone waits on).
+     */
+    observeBatchCall(method: "BatchGetLinks" | "BatchCreateLinks", code: Code | undefined, seconds: number) {
+      rpcDuration.observe(
+        { rpc_service: "paylink.v1.LinkService", rpc_method: method, rpc_code: code === undefined ? "ok" : codeToString(code) },
+        seconds,
+      );
+    },
     /** Wraps the HTTP/2 request handler: one observation per request, when its stream closes. */
     measure(handler: (req: Http2ServerRequest, res: Http2ServerResponse) => void) {
       return (req: Http2ServerRequest, res: Http2ServerResponse) => {

@@ -8,6 +8,7 @@ import { ServerReflection as ReflectionV1 } from "../../proto/gen/grpc/reflectio
 import { ServerReflection as ReflectionV1Alpha } from "../../proto/gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { AdminService } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
+import { LinkBatchService } from "../../proto/gen/paylink/internal/v1/link_batches_pb.js";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
 import type { AuthMode, PaylinkEnv } from "../shared/config.js";
@@ -21,6 +22,8 @@ import { createDeliveryService } from "./deliveries.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
 import { createGrpcFastPath } from "./grpc-fast-path.js";
+import { BATCHES_PATH, createBatchStreams } from "./batch-stream.js";
+import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
 import { createReflection } from "./reflection.js";
 import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
@@ -90,6 +93,12 @@ export async function startLinksServer(opts: LinksServerOptions) {
       }),
     ),
   }), gate);
+  const batchStreams = createBatchStreams({
+    links: service,
+    readMaxBytes: MAX_MESSAGE_BYTES,
+    toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
+    observe: metrics.observeBatchCall,
+  });
   const handler = metrics.measure(createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
     // The fast path runs no interceptors: it asks the same authentication.
@@ -107,10 +116,11 @@ export async function startLinksServer(opts: LinksServerOptions) {
       routes: (router) => {
         router.service(LinkService, service);
         router.service(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
+        router.service(LinkBatchService, batchStreams.impl);
         router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
         router.service(Health, createHealthService(() => gate.run(() => ping(db))));
         // Streaming, so never on the fast path; open to any caller, as grpc's own is.
-        const reflection = createReflection([LinkService, AdminService, DeliveryService, Health]);
+        const reflection = createReflection([LinkService, AdminService, DeliveryService, LinkBatchService, Health]);
         router.service(ReflectionV1, reflection.v1);
         router.service(ReflectionV1Alpha, reflection.v1alpha);
       },
@@ -118,7 +128,11 @@ export async function startLinksServer(opts: LinksServerOptions) {
     readMaxBytes: MAX_MESSAGE_BYTES,
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
   }));
-  const server = http2.createServer((req, res) => {
+  const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
+    // The gateway's stream of batches: one long-lived request, served apart
+    // from the per-call trace, span and metrics below (its calls carry their
+    // own). Anything but plain gRPC goes to connect's handler.
+    if (req.url === BATCHES_PATH && isPlainGrpc(req)) return batchStreams.serve(req, res);
     // Answered before the request was read to its end (a message over
     // MAX_MESSAGE_BYTES, say): after a moment for the client to read the
     // answer the stream is reset, so the client stops sending; otherwise it
@@ -160,9 +174,17 @@ export async function startLinksServer(opts: LinksServerOptions) {
       // streams finish first.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const session of sessions) session.close();
+      // A stream of batches would keep its session open: each ends once its calls are answered.
+      batchStreams.drain();
       await closed;
       await metricsServer?.close();
       gate.close();
     },
   };
+}
+
+function isPlainGrpc(req: http2.Http2ServerRequest): boolean {
+  const type = req.headers["content-type"];
+  const encoding = req.headers["grpc-encoding"];
+  return (type === "application/grpc" || type === "application/grpc+proto") && (encoding === undefined || encoding === "identity");
 }

@@ -1,0 +1,188 @@
+// LinkBatchService.Batches (proto/paylink/internal/v1/link_batches.proto):
+// the gateway's BatchGetLinks and BatchCreateLinks calls as messages of one
+// long-lived gRPC stream. Each message runs exactly the unary method's
+// handler and is answered by one message with its id, as soon as it is done,
+// so a call costs a message instead of an HTTP/2 stream, its headers and
+// trailers, and its per-call context (README, Performance).
+//
+// The gateway's stream (plain gRPC, protobuf, no compression) is served here
+// straight from the HTTP/2 request; any other client of the method goes
+// through connect's handler (`batchesImpl`), which answers in order.
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import {
+  type BatchesRequest,
+  BatchesRequestSchema,
+  type BatchesResponse,
+  BatchesResponseSchema,
+  LinkBatchService,
+} from "../../proto/gen/paylink/internal/v1/link_batches_pb.js";
+import {
+  BatchCreateLinksResponseSchema,
+  BatchGetLinksResponseSchema,
+  type LinkService,
+} from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { statusFromError } from "../shared/rpc-status.js";
+
+// Longer than any call's deadline (the gateway's are 1.8 s).
+const DRAIN_GRACE_MS = 2_000;
+
+export const BATCHES_PATH = `/${LinkBatchService.typeName}/${LinkBatchService.method.batches.name}`;
+
+type Answer = BatchesResponse["answer"];
+type BatchMethods = Pick<ServiceImpl<typeof LinkService>, "batchGetLinks" | "batchCreateLinks">;
+
+export interface BatchStreamOptions {
+  links: BatchMethods;
+  /** Larger messages end the stream with RESOURCE_EXHAUSTED before they are read. */
+  readMaxBytes: number;
+  /** What an unexpected error becomes for the caller (the error boundary). */
+  toRpcError(err: unknown, procedure: string): ConnectError;
+  /** Told each call's method, outcome (an error's code) and duration. */
+  observe?(method: "BatchGetLinks" | "BatchCreateLinks", code: Code | undefined, seconds: number): void;
+}
+
+export function createBatchStreams(options: BatchStreamOptions) {
+  const open = new Set<() => void>();
+
+  /** One call's answer: the unary method's response, or the error it would have failed with, by its deadline. */
+  function answer(call: BatchesRequest, ctx: HandlerContext): Promise<Answer> {
+    const started = performance.now();
+    const procedure = call.call.case === "createLinks" ? "BatchCreateLinks" : "BatchGetLinks";
+    return answerWithin(call, ctx, procedure).then((result) => {
+      options.observe?.(procedure, result.case === "error" ? result.value.code : undefined, (performance.now() - started) / 1000);
+      return result;
+    });
+  }
+
+  function answerWithin(call: BatchesRequest, ctx: HandlerContext, procedure: "BatchGetLinks" | "BatchCreateLinks"): Promise<Answer> {
+    const work = (async (): Promise<Answer> => {
+      switch (call.call.case) {
+        case "getLinks":
+          return { case: "getLinks", value: create(BatchGetLinksResponseSchema, await options.links.batchGetLinks(call.call.value, ctx)) };
+        case "createLinks":
+          return { case: "createLinks", value: create(BatchCreateLinksResponseSchema, await options.links.batchCreateLinks(call.call.value, ctx)) };
+        default:
+          throw new ConnectError("call is required", Code.InvalidArgument);
+      }
+    })();
+    const failed = (err: unknown): Answer => ({ case: "error", value: statusFromError(options.toRpcError(err, procedure)) });
+    if (!call.timeoutMs) return work.catch(failed);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<Answer>((resolve) => {
+      timer = setTimeout(
+        () => resolve(failed(new ConnectError(`the call did not finish within ${call.timeoutMs} ms`, Code.DeadlineExceeded))),
+        call.timeoutMs,
+      );
+    });
+    return Promise.race([work.catch(failed), late]).finally(() => clearTimeout(timer));
+  }
+
+  /** The stream of plain gRPC: messages parsed as they arrive, each answered when done. */
+  function serve(req: Http2ServerRequest, res: Http2ServerResponse): void {
+    // The calls carry their callers and deadlines; the stream's context is the method's alone.
+    const ctx = createHandlerContext({
+      service: LinkBatchService,
+      method: LinkBatchService.method.batches,
+      protocolName: "grpc",
+      requestMethod: "POST",
+      url: req.url,
+    });
+    let buffered: Buffer | undefined;
+    let pending = 0;
+    let halfClosed = false;
+    let ended = false;
+
+    const end = (error?: ConnectError) => {
+      if (ended) return;
+      ended = true;
+      open.delete(drain);
+      if (res.stream.destroyed || res.stream.closed) return;
+      const trailers: Record<string, string> = {};
+      if (error) setTrailerStatus(new Headers(), error).forEach((value, name) => (trailers[name] = value));
+      else trailers["grpc-status"] = "0";
+      res.addTrailers(trailers);
+      res.end();
+    };
+    // Once the caller has sent its last call and every call is answered.
+    const endWhenDone = () => {
+      if (pending === 0 && halfClosed) end();
+    };
+    // On GOAWAY the gateway sends no more calls on this stream and closes
+    // its side once its calls are answered; calls already on the wire still
+    // arrive meanwhile. A caller that never closes is cut after the grace.
+    const drain = () => {
+      setTimeout(end, DRAIN_GRACE_MS).unref();
+    };
+    open.add(drain);
+
+    const dispatch = (call: BatchesRequest) => {
+      pending++;
+      void answer(call, ctx).then((result) => {
+        pending--;
+        if (ended) return;
+        const body = toBinary(BatchesResponseSchema, create(BatchesResponseSchema, { id: call.id, answer: result }));
+        res.write(frame(body));
+        endWhenDone();
+      });
+    };
+
+    res.writeHead(200, { "content-type": "application/grpc+proto" });
+    req.on("data", (chunk: Buffer) => {
+      if (ended) return;
+      let data = buffered ? Buffer.concat([buffered, chunk]) : chunk;
+      while (data.length >= 5) {
+        if (data[0] !== 0) return end(new ConnectError("messages must not be compressed", Code.InvalidArgument));
+        const size = data.readUInt32BE(1);
+        if (size > options.readMaxBytes) {
+          return end(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
+        }
+        if (data.length < 5 + size) break;
+        let call: BatchesRequest;
+        try {
+          call = fromBinary(BatchesRequestSchema, data.subarray(5, 5 + size));
+        } catch (err) {
+          return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
+        }
+        data = data.subarray(5 + size);
+        dispatch(call);
+      }
+      buffered = data.length > 0 ? data : undefined;
+    });
+    req.on("end", () => {
+      halfClosed = true;
+      if (buffered) return end(new ConnectError("the stream ended inside a message", Code.InvalidArgument));
+      endWhenDone();
+    });
+    res.once("close", () => {
+      ended = true;
+      open.delete(drain);
+    });
+  }
+
+  return {
+    serve,
+    /** connect's implementation, for every other protocol and client: calls answered one by one, in order. */
+    impl: {
+      async *batches(calls: AsyncIterable<BatchesRequest>, ctx: HandlerContext) {
+        for await (const call of calls) yield { id: call.id, answer: await answer(call, ctx) };
+      },
+    } satisfies ServiceImpl<typeof LinkBatchService>,
+    /** Ends every open stream once the calls it has are answered (the server is draining). */
+    drain(): void {
+      for (const drain of [...open]) drain();
+    },
+  };
+}
+
+export type BatchStreams = ReturnType<typeof createBatchStreams>;
+
+function frame(body: Uint8Array): Buffer {
+  const framed = Buffer.allocUnsafe(5 + body.length);
+  framed[0] = 0;
+  framed.writeUInt32BE(body.length, 1);
+  framed.set(body, 5);
+  return framed;
+}

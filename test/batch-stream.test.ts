@@ -1,0 +1,94 @@
+// LinkBatchService.Batches: the gateway's batch calls as messages of one
+// long-lived gRPC stream. Each call is answered by its id with exactly what
+// the unary BatchGetLinks or BatchCreateLinks would answer; other clients
+// (connect-es over gRPC and over the Connect protocol) can call it too; and a
+// LinkService that drains ends the stream once its calls are answered.
+import http2 from "node:http2";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { pino } from "pino";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { LinkBatchService } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
+import { BatchGetLinksRequestSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createBatchStreamClient } from "../gateway/batch-stream.js";
+import { startLinksServer } from "../services/links/server.js";
+import { createSandboxProcessor } from "../services/links/processor.js";
+import { newLinkId } from "../services/shared/ids.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
+
+let stack: Stack;
+let ids: string[];
+beforeAll(async () => {
+  stack = await startStack();
+  ids = [];
+  for (let i = 0; i < 3; i++) ids.push((await api(stack, "POST", "/v1/links", { clientId: "client-a", body: validLink() })).body.id);
+});
+afterAll(() => stack?.close());
+
+const item = (clientId: string, id: string) => ({ clientId, request: { id } });
+const getLinks = (items: ReturnType<typeof item>[]) => ({ case: "getLinks" as const, value: create(BatchGetLinksRequestSchema, { items }) });
+
+it("answers each of many calls in flight on one stream by its id, each item with its own result or error", async () => {
+  const session = http2.connect(stack.linksUrl);
+  try {
+    const client = createBatchStreamClient(() => session);
+    const unknown = newLinkId();
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        client.call(getLinks([item(i % 2 ? "client-a" : "client-b", ids[i % 3]!), item("client-a", unknown)]), 2_000),
+      ),
+    );
+    answers.forEach((answer, i) => {
+      expect(answer.case).toBe("getLinks");
+      const [own, missing] = answer.value.results;
+      if (i % 2) expect(own!.result).toMatchObject({ case: "response", value: { link: { id: ids[i % 3] } } });
+      else expect(own!.result).toMatchObject({ case: "error", value: { code: Code.PermissionDenied } });
+      expect(missing!.result).toMatchObject({ case: "error", value: { code: Code.NotFound, message: "Link not found" } });
+    });
+  } finally {
+    session.close();
+  }
+});
+
+it.each([
+  ["gRPC", () => createGrpcTransport({ baseUrl: stack.linksUrl })],
+  ["the Connect protocol", () => createConnectTransport({ baseUrl: stack.linksUrl, httpVersion: "2" })],
+])("serves any client over %s", async (_name, transport) => {
+  const client = createClient(LinkBatchService, transport());
+  async function* calls() {
+    yield { id: 7, timeoutMs: 2_000, call: getLinks([item("client-a", ids[0]!)]) };
+    yield { id: 8, timeoutMs: 2_000, call: getLinks([item("client-a", ids[1]!)]) };
+  }
+  const answers = [];
+  for await (const answer of client.batches(calls())) answers.push(answer);
+  expect(answers.map((a) => a.id).sort()).toEqual([7, 8]);
+  for (const answer of answers) {
+    expect(answer.answer).toMatchObject({ case: "getLinks", value: { results: [{ result: { case: "response", value: { link: { id: ids[answer.id - 7] } } } }] } });
+  }
+});
+
+it("a LinkService that drains answers the calls it has, ends the stream and stops; the next call is UNAVAILABLE", async () => {
+  const links = await startLinksServer({
+    db: stack.db,
+    port: 0,
+    host: "127.0.0.1",
+    checkoutBaseUrl: "http://checkout.test",
+    clock: stack.clock,
+    processor: createSandboxProcessor(),
+    logger: pino({ level: "silent" }),
+  });
+  const session = http2.connect(`http://127.0.0.1:${links.port}`);
+  try {
+    const client = createBatchStreamClient(() => session);
+    expect((await client.call(getLinks([item("client-a", ids[0]!)]), 2_000)).case).toBe("getLinks");
+    const inFlight = client.call(getLinks([item("client-a", ids[1]!)]), 2_000);
+    const closed = links.close();
+    expect((await inFlight).case).toBe("getLinks");
+    await closed; // would wait forever on a stream left open
+    const after = await client.call(getLinks([item("client-a", ids[2]!)]), 2_000).catch((e: unknown) => e);
+    expect((after as ConnectError).code).toBe(Code.Unavailable);
+  } finally {
+    session.destroy();
+  }
+});
