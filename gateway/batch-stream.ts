@@ -8,7 +8,7 @@
 import http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
+import { codeFromHttpStatus, findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import {
   type BatchesRequest,
   BatchesRequestSchema,
@@ -96,7 +96,13 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
     stream.on("error", () => {});
     stream.on("close", () => {
       const status = Number(headers[":status"] ?? 0);
-      const error = status === 200 ? findTrailerError(toHeaders(trailers ?? headers)) : undefined;
+      // An HTTP status but 200 speaks for itself: 404, a server without the method, is UNIMPLEMENTED.
+      const error =
+        status === 200
+          ? findTrailerError(toHeaders(trailers ?? headers))
+          : status
+            ? new ConnectError(`HTTP ${status}`, codeFromHttpStatus(status))
+            : undefined;
       failAll(
         error?.code === Code.Unimplemented
           ? error

@@ -4,14 +4,16 @@
 // (connect-es over gRPC and over the Connect protocol) can call it too; and a
 // LinkService that drains ends the stream once its calls are answered.
 import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { pino } from "pino";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { LinkBatchService } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
-import { BatchGetLinksRequestSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { BatchGetLinksRequestSchema, LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchStreamClient } from "../gateway/batch-stream.js";
+import { createClients } from "../gateway/clients.js";
 import { startLinksServer } from "../services/links/server.js";
 import { createSandboxProcessor } from "../services/links/processor.js";
 import { newLinkId } from "../services/shared/ids.js";
@@ -65,6 +67,30 @@ it.each([
   expect(answers.map((a) => a.id).sort()).toEqual([7, 8]);
   for (const answer of answers) {
     expect(answer.answer).toMatchObject({ case: "getLinks", value: { results: [{ result: { case: "response", value: { link: { id: ids[answer.id - 7] } } } }] } });
+  }
+});
+
+it("falls back to unary calls for a LinkService without the stream (an older copy: 404)", async () => {
+  const older = http2.createServer(
+    connectNodeAdapter({
+      routes: (router) =>
+        router.service(LinkService, {
+          batchGetLinks: (req) => ({
+            results: req.items.map((i) => ({ result: { case: "response" as const, value: { link: { id: i.request!.id } } } })),
+          }),
+        }),
+    }),
+  );
+  await new Promise<void>((resolve) => older.listen(0, "127.0.0.1", resolve));
+  const clients = createClients(`http://127.0.0.1:${(older.address() as AddressInfo).port}`);
+  try {
+    const answers = await Promise.all(["lnk-a", "lnk-b"].map((id) => clients.getLink({ clientId: "client-a" }, id)));
+    expect(answers.map((a) => a.link!.id)).toEqual(["lnk-a", "lnk-b"]);
+    // And again, now without asking the stream first.
+    expect((await clients.getLink({ clientId: "client-a" }, "lnk-c")).link!.id).toBe("lnk-c");
+  } finally {
+    clients.close();
+    await new Promise((resolve) => older.close(resolve));
   }
 });
 
