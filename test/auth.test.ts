@@ -7,12 +7,10 @@ import { promisify } from "node:util";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { eq } from "drizzle-orm";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AdminService } from "../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { apiKeys } from "../services/links/schema.js";
-import { startLinksServer } from "../services/links/server.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 const ADMIN_TOKEN = "admin-token-for-tests-0123456789";
@@ -65,16 +63,7 @@ describe("keys", () => {
 
   it("stop working on every copy within 30 seconds of revocation", async () => {
     const { id, secret } = await newKey("auth-revoke");
-    const other = await startLinksServer({
-      db: stack.db,
-      port: 0,
-      host: "127.0.0.1",
-      checkoutBaseUrl: "http://checkout.test",
-      clock: stack.clock,
-      processor: undefined,
-      logger: pino({ level: "silent" }),
-      auth: "api-key",
-    });
+    const other = await stack.startLinksCopy({ processor: undefined, auth: "api-key" });
     try {
       const copy = createClient(LinkService, createGrpcTransport({ baseUrl: `http://127.0.0.1:${other.port}` }));
       const asMerchant = { headers: { "client-id": "auth-revoke", ...bearer(secret) } };

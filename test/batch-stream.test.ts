@@ -8,14 +8,11 @@ import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { pino } from "pino";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { LinkBatchService } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
 import { BatchGetLinksRequestSchema, LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchStreamClient } from "../gateway/batch-stream.js";
 import { createClients } from "../gateway/clients.js";
-import { startLinksServer } from "../services/links/server.js";
-import { createSandboxProcessor } from "../services/links/processor.js";
 import { newLinkId } from "../services/shared/ids.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -95,15 +92,7 @@ it("falls back to unary calls for a LinkService without the stream (an older cop
 });
 
 it("a LinkService that drains answers the calls it has, ends the stream and stops; the next call is UNAVAILABLE", async () => {
-  const links = await startLinksServer({
-    db: stack.db,
-    port: 0,
-    host: "127.0.0.1",
-    checkoutBaseUrl: "http://checkout.test",
-    clock: stack.clock,
-    processor: createSandboxProcessor(),
-    logger: pino({ level: "silent" }),
-  });
+  const links = await stack.startLinksCopy();
   const session = http2.connect(`http://127.0.0.1:${links.port}`);
   try {
     const client = createBatchStreamClient(() => session);

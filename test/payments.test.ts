@@ -216,6 +216,16 @@ describe("when the processor or the clock get in the way", () => {
   }
   const bankTransfer = (linkId: string) =>
     create(CompletePaymentRequestSchema, { linkId, paymentMethod: PaymentMethod.BANK_TRANSFER });
+  /** The real database, but the answer to every COMMIT is lost, as when a connection drops right after it. */
+  const commitAnswerLost = () =>
+    Object.create(stack.db, {
+      transaction: {
+        value: async (work: Parameters<typeof stack.db.transaction>[0]) => {
+          await stack.db.transaction(work);
+          throw new Error("connection lost");
+        },
+      },
+    }) as typeof stack.db;
 
   it("voids the hold when the link expires while the processor is authorizing", async () => {
     const id = await createLink({ expires_in: 60 });
@@ -254,16 +264,7 @@ describe("when the processor or the clock get in the way", () => {
   it("keeps a payment whose COMMIT landed though the connection failed after it", async () => {
     const id = await createLink();
     const sandbox = createSandboxProcessor();
-    // The real database; only the answer to COMMIT is lost, as when a
-    // connection drops right after the server committed.
-    const lossy = Object.create(stack.db, {
-      transaction: {
-        value: async (work: Parameters<typeof stack.db.transaction>[0]) => {
-          await stack.db.transaction(work);
-          throw new Error("connection lost");
-        },
-      },
-    }) as typeof stack.db;
+    const lossy = commitAnswerLost();
     const res = await paymentsWith(sandbox, undefined, lossy).complete(bankTransfer(id));
     expect(res.linkId).toBe(id);
     expect(await paymentRows(id)).toHaveLength(1);
@@ -284,14 +285,7 @@ describe("when the processor or the clock get in the way", () => {
         return sandbox.authorize(req);
       },
     };
-    const lossy = Object.create(stack.db, {
-      transaction: {
-        value: async (work: Parameters<typeof stack.db.transaction>[0]) => {
-          await stack.db.transaction(work);
-          throw new Error("connection lost");
-        },
-      },
-    }) as typeof stack.db;
+    const lossy = commitAnswerLost();
     const err = await paymentsWith(racing, undefined, lossy).complete(bankTransfer(id)).catch((e: unknown) => e);
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
     const rows = await paymentRows(id);

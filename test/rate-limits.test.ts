@@ -3,11 +3,8 @@
 // testing, held in PostgreSQL so that every LinkService copy agrees.
 import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkService, PaymentMethod } from "../proto/gen/paylink/v1/link_service_pb.js";
-import { startLinksServer } from "../services/links/server.js";
-import { createSandboxProcessor } from "../services/links/processor.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
@@ -106,15 +103,7 @@ describe("per link, across LinkService copies", () => {
   it("stops card testing after 5 failures within an hour; the link stays created", async () => {
     // Without the gateway's limits, so that only the link's lock answers.
     const stack = await startStack();
-    const other = await startLinksServer({
-      db: stack.db,
-      port: 0,
-      host: "127.0.0.1",
-      checkoutBaseUrl: "http://checkout.test",
-      clock: stack.clock,
-      processor: createSandboxProcessor(),
-      logger: pino({ level: "silent" }),
-    });
+    const other = await stack.startLinksCopy();
     try {
       const copies = [stack.linksUrl, `http://127.0.0.1:${other.port}`].map((baseUrl) =>
         createClient(LinkService, createGrpcTransport({ baseUrl })),

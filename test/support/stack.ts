@@ -9,7 +9,7 @@ import { hashSecret, newSecret } from "../../services/links/auth.js";
 import { insertKey } from "../../services/links/key-store.js";
 import type { AuthMode } from "../../services/shared/config.js";
 import { newKeyId } from "../../services/shared/ids.js";
-import { startLinksServer } from "../../services/links/server.js";
+import { type LinksServerOptions, startLinksServer } from "../../services/links/server.js";
 import type { Logger } from "../../services/shared/logger.js";
 import { testClock } from "./clock.js";
 import { expectDocumented } from "./openapi.js";
@@ -87,6 +87,18 @@ export async function startStack(opts: StackOptions = {}) {
     databaseUrl,
     db,
     linksUrl,
+    /** Another LinkService copy on this stack's database and clock, as a second instance would run; close it yourself. */
+    startLinksCopy: (overrides: Partial<LinksServerOptions> = {}) =>
+      startLinksServer({
+        db,
+        port: 0,
+        host: "127.0.0.1",
+        checkoutBaseUrl: "http://checkout.test",
+        clock,
+        processor: createSandboxProcessor(),
+        logger: pino({ level: "silent" }),
+        ...overrides,
+      }),
     gatewayUrl,
     /** The LinkService's metrics (its sweeper and relay report there too). */
     linksMetrics: links.metrics,
