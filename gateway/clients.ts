@@ -1,7 +1,8 @@
 // One LinkService client over one HTTP/2 connection, made once per process.
 // Gets and creates, the REST hot path, travel in natural batches: what
 // queued while the previous call was in flight goes as one BatchGetLinks or
-// BatchCreateLinks call, each item with its own caller and its own result.
+// BatchCreateLinks call, each item with its own caller and its own result,
+// sent as a message of the stream of batches (batch-stream.ts).
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus } from "../proto/gen/grpc/health/v1/health_pb.js";
