@@ -21,9 +21,11 @@ import { toHeaders } from "./grpc-transport.js";
 
 const { NGHTTP2_CANCEL } = http2.constants;
 const PATH = `/${LinkBatchService.typeName}/${LinkBatchService.method.batches.name}`;
-// The LinkService's limit on one message: a larger call goes as a unary call,
-// which fails alone rather than ending the stream for every call on it.
-export const MAX_STREAM_MESSAGE_BYTES = 1024 * 1024;
+// The LinkService's limit on one message: a larger call is refused here
+// (RESOURCE_EXHAUSTED) and goes as a unary call, which fails alone rather
+// than ending the stream for every call on it.
+const MAX_STREAM_MESSAGE_BYTES = 1024 * 1024;
+const MAX_UNSENT_BYTES = 4 * 1024 * 1024;
 
 type Call = BatchesRequest["call"];
 type Answer = Exclude<BatchesResponse["answer"], { case: "error" } | { case: undefined }>;
@@ -90,8 +92,12 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
       buffered = data.length > 0 ? data : undefined;
     });
     stream.on("trailers", (t) => (trailers = t));
-    // The LinkService ended its side (it drains): end ours, so the stream closes.
-    stream.on("end", () => stream.end());
+    // The LinkService ended its side (it drains): no more calls here; end ours, so the stream closes.
+    stream.on("end", () => {
+      state.closing = true;
+      retire();
+      if (!stream.writableEnded) stream.end();
+    });
     // A reset or a lost connection; "close" follows and fails what waits.
     stream.on("error", () => {});
     stream.on("close", () => {
@@ -109,24 +115,31 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
           : new ConnectError(`the batch stream ended${error ? `: ${error.rawMessage}` : ""}`, Code.Unavailable),
       );
     });
-    owner.once("goaway", () => {
+    const onGoaway = () => {
       state.closing = true;
       retire();
-      if (state.waiting.size === 0) stream.end();
-    });
+      endIfDone(state);
+    };
+    owner.once("goaway", onGoaway);
+    stream.once("close", () => owner.off("goaway", onGoaway));
     return state;
+  }
+
+  /** A stream that takes no more calls closes once the last is settled. */
+  function endIfDone(state: OpenStream) {
+    if (state.closing && state.waiting.size === 0 && !state.stream.writableEnded) state.stream.end();
   }
 
   function settle(state: OpenStream, message: BatchesResponse) {
     const waiting = state.waiting.get(message.id);
-    if (!waiting) return; // past its deadline: already answered
+    if (!waiting) return endIfDone(state); // past its deadline: already answered
     state.waiting.delete(message.id);
     clearTimeout(waiting.timer);
     const answer = message.answer;
     if (answer.case === "error") waiting.reject(errorFromStatus(answer.value));
     else if (answer.case === undefined) waiting.reject(new ConnectError("the batch stream answered nothing", Code.Internal));
     else waiting.resolve(answer);
-    if (state.closing && state.waiting.size === 0) state.stream.end();
+    endIfDone(state);
   }
 
   return {
@@ -137,7 +150,8 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
     /**
      * Sends one call and answers its answer. Rejects with the call's own error,
      * DEADLINE_EXCEEDED past `timeoutMs`, UNAVAILABLE when the stream is lost,
-     * or UNIMPLEMENTED when the LinkService does not serve the stream.
+     * UNIMPLEMENTED when the LinkService does not serve the stream, or
+     * RESOURCE_EXHAUSTED when the call is too large for a message of it.
      */
     call(call: Call, timeoutMs: number): Promise<Answer> {
       let state: OpenStream;
@@ -149,6 +163,15 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
       nextId = nextId >= 0xffff_ffff ? 1 : nextId + 1;
       const id = nextId;
       const body = toBinary(BatchesRequestSchema, create(BatchesRequestSchema, { id, timeoutMs, call }));
+      if (body.length > MAX_STREAM_MESSAGE_BYTES) {
+        return Promise.reject(new ConnectError("the call is larger than a message of the stream may be", Code.ResourceExhausted));
+      }
+      // A LinkService that reads nothing (frozen, or its loop blocked) fills the
+      // HTTP/2 window and then this buffer: refuse, rather than hold calls
+      // nobody waits for, until it reads again.
+      if (state.stream.writableLength > MAX_UNSENT_BYTES) {
+        return Promise.reject(new ConnectError("the LinkService is not reading its calls", Code.Unavailable));
+      }
       const frame = Buffer.allocUnsafe(5 + body.length);
       frame[0] = 0;
       frame.writeUInt32BE(body.length, 1);
@@ -157,6 +180,7 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
         const timer = setTimeout(() => {
           state.waiting.delete(id);
           reject(new ConnectError(`the call did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded));
+          endIfDone(state);
         }, timeoutMs);
         state.waiting.set(id, { resolve, reject, timer });
         state.stream.write(frame);

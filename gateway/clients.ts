@@ -3,7 +3,7 @@
 // queued while the previous call was in flight goes as one BatchGetLinks or
 // BatchCreateLinks call, each item with its own caller and its own result,
 // sent as a message of the stream of batches (batch-stream.ts).
-import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus } from "../proto/gen/grpc/health/v1/health_pb.js";
 import {
@@ -16,7 +16,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatcher } from "../services/shared/batcher.js";
 import { createLeanGrpcTransport } from "./grpc-transport.js";
-import { type BatchStreamClient, createBatchStreamClient, MAX_STREAM_MESSAGE_BYTES } from "./batch-stream.js";
+import { type BatchStreamClient, createBatchStreamClient } from "./batch-stream.js";
 import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 
 // A second call of each kind goes beside the one in flight only once 16
@@ -107,8 +107,9 @@ function batchItem<R>(caller: Caller, request: R) {
 
 /**
  * A batch call, as a message of the stream of batches where the LinkService
- * serves it, else (an older LinkService during a rolling deploy: UNIMPLEMENTED,
- * asked again after a minute) as a unary call.
+ * serves it, else as a unary call: for a minute after an older LinkService
+ * (a rolling deploy) answered UNIMPLEMENTED, and for a call too large to be
+ * a message of the stream.
  */
 function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamClient) {
   let unaryUntil = 0;
@@ -117,7 +118,10 @@ function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamCl
     try {
       return await call();
     } catch (err) {
-      if (!(err instanceof ConnectError) || err.code !== Code.Unimplemented) throw err;
+      if (!(err instanceof ConnectError)) throw err;
+      // Too large for the stream: this call alone goes unary.
+      if (err.code === Code.ResourceExhausted) return unary();
+      if (err.code !== Code.Unimplemented) throw err;
       unaryUntil = Date.now() + UNARY_AFTER_UNIMPLEMENTED_MS;
       return unary();
     }
@@ -135,11 +139,7 @@ function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamCl
     createLinks: (items: MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"], timeoutMs: number) =>
       viaStream(
         async () => {
-          const request = create(BatchCreateLinksRequestSchema, { items });
-          if (toBinary(BatchCreateLinksRequestSchema, request).length > MAX_STREAM_MESSAGE_BYTES) {
-            return links.batchCreateLinks(request, { timeoutMs });
-          }
-          const answer = await stream.call({ case: "createLinks", value: request }, timeoutMs);
+          const answer = await stream.call({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items }) }, timeoutMs);
           if (answer.case !== "createLinks") throw new ConnectError("the batch stream answered another call", Code.Internal);
           return answer.value;
         },

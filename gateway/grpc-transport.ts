@@ -43,6 +43,7 @@ export function createLeanGrpcTransport(
   let closed = false;
 
   function currentSession(): http2.ClientHttp2Session {
+    if (closed) throw new Error("the client is closed");
     if (session && !session.closed && !session.destroyed) return session;
     const fresh = http2.connect(authority, HTTP2_SETTINGS);
     // Errors reach the streams that were open; a new call opens a new session.
@@ -202,10 +203,18 @@ function watchLiveness(session: http2.ClientHttp2Session) {
   const watchers = new Set<() => void>();
   let ticker: NodeJS.Timeout | undefined;
   let lastAnswer = 0;
+  let lastTick = 0;
   let pinging = false;
 
   function tick() {
-    if (Date.now() - lastAnswer > LIVENESS_MS) {
+    const now = Date.now();
+    // Time this process itself stood still (a long task, a pause) is not the
+    // LinkService's silence: its answer may be waiting in the socket, read
+    // only after the timers.
+    const stalled = now - lastTick - PING_EVERY_MS;
+    if (stalled > PING_EVERY_MS) lastAnswer += stalled;
+    lastTick = now;
+    if (now - lastAnswer > LIVENESS_MS) {
       for (const onUnresponsive of [...watchers]) onUnresponsive();
       return;
     }
@@ -221,7 +230,7 @@ function watchLiveness(session: http2.ClientHttp2Session) {
   return {
     watch(onUnresponsive: () => void): () => void {
       if (watchers.size === 0) {
-        lastAnswer = Date.now();
+        lastAnswer = lastTick = Date.now();
         ticker = setInterval(tick, PING_EVERY_MS).unref();
         tick();
       }

@@ -10,7 +10,12 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { LinkBatchService } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
-import { BatchGetLinksRequestSchema, LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
+import {
+  BatchCreateLinksRequestSchema,
+  BatchGetLinksRequestSchema,
+  LinkService,
+  LinkType,
+} from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchStreamClient } from "../gateway/batch-stream.js";
 import { createClients } from "../gateway/clients.js";
 import { newLinkId } from "../services/shared/ids.js";
@@ -88,6 +93,39 @@ it("falls back to unary calls for a LinkService without the stream (an older cop
   } finally {
     clients.close();
     await new Promise((resolve) => older.close(resolve));
+  }
+});
+
+it("refuses calls at once, rather than holding them, while a LinkService reads nothing", async () => {
+  // Takes the stream and never reads it: its window fills, then the client's buffer.
+  const frozen = http2.createServer();
+  frozen.on("stream", (stream) => stream.on("error", () => {}));
+  await new Promise<void>((resolve) => frozen.listen(0, "127.0.0.1", resolve));
+  const session = http2.connect(`http://127.0.0.1:${(frozen.address() as AddressInfo).port}`);
+  try {
+    const client = createBatchStreamClient(() => session);
+    const big = (i: number) => ({
+      case: "createLinks" as const,
+      value: create(BatchCreateLinksRequestSchema, {
+        items: [{ clientId: "client-a", request: { type: LinkType.PAYMENT, data: { description: `${i}`.padEnd(900_000, "x") } } }],
+      }),
+    });
+    const outcomes = Array.from({ length: 8 }, (_, i) => {
+      const started = performance.now();
+      return client.call(big(i), 1_000).then(
+        () => ({ code: undefined, ms: 0 }),
+        (err: ConnectError) => ({ code: err.code, ms: performance.now() - started }),
+      );
+    });
+    const settled = await Promise.all(outcomes);
+    // The first calls wait out their deadline; once 4 MiB wait unsent, the rest are refused at once.
+    expect(settled.slice(0, 4).map((o) => o.code)).toEqual(Array(4).fill(Code.DeadlineExceeded));
+    const refused = settled.filter((o) => o.code === Code.Unavailable);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const o of refused) expect(o.ms).toBeLessThan(100);
+  } finally {
+    session.destroy();
+    await new Promise((resolve) => frozen.close(resolve));
   }
 });
 

@@ -28,6 +28,7 @@ import { statusFromError } from "../shared/rpc-status.js";
 
 // Longer than any call's deadline (the gateway's are 1.8 s).
 const DRAIN_GRACE_MS = 2_000;
+const DRAINED = Symbol("drained");
 
 export const BATCHES_PATH = `/${LinkBatchService.typeName}/${LinkBatchService.method.batches.name}`;
 
@@ -46,11 +47,14 @@ export interface BatchStreamOptions {
 
 export function createBatchStreams(options: BatchStreamOptions) {
   const open = new Set<() => void>();
+  // Streams through connect's handler stop waiting for calls once the drain's grace is over.
+  let graceOver!: () => void;
+  const drained = new Promise<typeof DRAINED>((resolve) => (graceOver = () => resolve(DRAINED)));
 
   /** One call's answer: the unary method's response, or the error it would have failed with, by its deadline. */
   function answer(call: BatchesRequest, ctx: HandlerContext): Promise<Answer> {
     const started = performance.now();
-    const procedure = call.call.case === "createLinks" ? "BatchCreateLinks" : "BatchGetLinks";
+    const procedure = procedureOf(call);
     return answerWithin(call, ctx, procedure).then((result) => {
       options.observe?.(procedure, result.case === "error" ? result.value.code : undefined, (performance.now() - started) / 1000);
       return result;
@@ -74,7 +78,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
     const late = new Promise<Answer>((resolve) => {
       timer = setTimeout(
         () => resolve(failed(new ConnectError(`the call did not finish within ${call.timeoutMs} ms`, Code.DeadlineExceeded))),
-        call.timeoutMs,
+        deadlineOf(call),
       );
     });
     return Promise.race([work.catch(failed), late]).finally(() => clearTimeout(timer));
@@ -82,14 +86,18 @@ export function createBatchStreams(options: BatchStreamOptions) {
 
   /** The stream of plain gRPC: messages parsed as they arrive, each answered when done. */
   function serve(req: Http2ServerRequest, res: Http2ServerResponse): void {
-    // The calls carry their callers and deadlines; the stream's context is the method's alone.
-    const ctx = createHandlerContext({
-      service: LinkBatchService,
-      method: LinkBatchService.method.batches,
-      protocolName: "grpc",
-      requestMethod: "POST",
-      url: req.url,
-    });
+    // Each call's context has its deadline, and is aborted with the stream.
+    const gone = new AbortController();
+    const contextOf = (call: BatchesRequest) =>
+      createHandlerContext({
+        service: LinkBatchService,
+        method: LinkBatchService.method.batches,
+        protocolName: "grpc",
+        requestMethod: "POST",
+        url: req.url,
+        timeoutMs: call.timeoutMs ? deadlineOf(call) : undefined,
+        requestSignal: gone.signal,
+      });
     let buffered: Buffer | undefined;
     let pending = 0;
     let halfClosed = false;
@@ -120,10 +128,18 @@ export function createBatchStreams(options: BatchStreamOptions) {
 
     const dispatch = (call: BatchesRequest) => {
       pending++;
+      const ctx = contextOf(call);
       void answer(call, ctx).then((result) => {
         pending--;
+        ctx.abort(); // its deadline timer, if any, goes with it
         if (ended) return;
-        const body = toBinary(BatchesResponseSchema, create(BatchesResponseSchema, { id: call.id, answer: result }));
+        let body: Uint8Array;
+        try {
+          body = toBinary(BatchesResponseSchema, create(BatchesResponseSchema, { id: call.id, answer: result }));
+        } catch (err) {
+          const error: Answer = { case: "error", value: statusFromError(options.toRpcError(err, procedureOf(call))) };
+          body = toBinary(BatchesResponseSchema, create(BatchesResponseSchema, { id: call.id, answer: error }));
+        }
         res.write(frame(body));
         endWhenDone();
       });
@@ -159,6 +175,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
     res.once("close", () => {
       ended = true;
       open.delete(drain);
+      gone.abort();
     });
   }
 
@@ -167,17 +184,27 @@ export function createBatchStreams(options: BatchStreamOptions) {
     /** connect's implementation, for every other protocol and client: calls answered one by one, in order. */
     impl: {
       async *batches(calls: AsyncIterable<BatchesRequest>, ctx: HandlerContext) {
-        for await (const call of calls) yield { id: call.id, answer: await answer(call, ctx) };
+        const iterator = calls[Symbol.asyncIterator]();
+        for (;;) {
+          const next = await Promise.race([iterator.next(), drained]);
+          if (next === DRAINED || next.done) return;
+          yield { id: next.value.id, answer: await answer(next.value, ctx) };
+        }
       },
     } satisfies ServiceImpl<typeof LinkBatchService>,
     /** Ends every open stream once the calls it has are answered (the server is draining). */
     drain(): void {
       for (const drain of [...open]) drain();
+      setTimeout(graceOver, DRAIN_GRACE_MS).unref();
     },
   };
 }
 
 export type BatchStreams = ReturnType<typeof createBatchStreams>;
+
+const procedureOf = (call: BatchesRequest) => (call.call.case === "createLinks" ? "BatchCreateLinks" : "BatchGetLinks");
+// setTimeout's most: a larger value would fire at once.
+const deadlineOf = (call: BatchesRequest) => Math.min(call.timeoutMs, 2 ** 31 - 1);
 
 function frame(body: Uint8Array): Buffer {
   const framed = Buffer.allocUnsafe(5 + body.length);
