@@ -29,6 +29,9 @@ const MAX_UNSENT_BYTES = 4 * 1024 * 1024;
 
 type Call = BatchesRequest["call"];
 type Answer = Exclude<BatchesResponse["answer"], { case: "error" } | { case: undefined }>;
+/** A call of one kind, and the answer of that kind. */
+export type BatchCall<K extends Answer["case"]> = Extract<Call, { case: K }>;
+export type BatchAnswer<K extends Answer["case"]> = Extract<Answer, { case: K }>["value"];
 
 interface Waiting {
   resolve(answer: Answer): void;

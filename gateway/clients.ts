@@ -16,7 +16,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatcher } from "../services/shared/batcher.js";
 import { createLeanGrpcTransport } from "./grpc-transport.js";
-import { type BatchStreamClient, createBatchStreamClient } from "./batch-stream.js";
+import { type BatchAnswer, type BatchCall, type BatchStreamClient, createBatchStreamClient } from "./batch-stream.js";
 import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
 
 // A second call of each kind goes beside the one in flight only once 16
@@ -126,23 +126,21 @@ function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamCl
       return unary();
     }
   }
+  /** One call on the stream, answered by the answer of its own kind. */
+  async function onStream<K extends "getLinks" | "createLinks">(call: BatchCall<K>, timeoutMs: number): Promise<BatchAnswer<K>> {
+    const answer = await stream.call(call, timeoutMs);
+    if (answer.case !== (call as { case: K }).case) throw new ConnectError("the batch stream answered another call", Code.Internal);
+    return answer.value as BatchAnswer<K>;
+  }
   return {
     getLinks: (items: MessageInitShape<typeof BatchGetLinksRequestSchema>["items"], timeoutMs: number) =>
       viaStream(
-        async () => {
-          const answer = await stream.call({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items }) }, timeoutMs);
-          if (answer.case !== "getLinks") throw new ConnectError("the batch stream answered another call", Code.Internal);
-          return answer.value;
-        },
+        () => onStream({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items }) }, timeoutMs),
         () => links.batchGetLinks({ items }, { timeoutMs }),
       ),
     createLinks: (items: MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"], timeoutMs: number) =>
       viaStream(
-        async () => {
-          const answer = await stream.call({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items }) }, timeoutMs);
-          if (answer.case !== "createLinks") throw new ConnectError("the batch stream answered another call", Code.Internal);
-          return answer.value;
-        },
+        () => onStream({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items }) }, timeoutMs),
         () => links.batchCreateLinks({ items }, { timeoutMs }),
       ),
   };
