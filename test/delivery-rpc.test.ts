@@ -7,7 +7,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
-import { DeliveryService, StartAttemptAction } from "../proto/gen/paylink/internal/v1/delivery_service_pb.js";
+import { AttemptOutcome, DeliveryService, StartAttemptAction } from "../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import {
   DeliveryStatus,
   LinkService,
@@ -118,6 +118,47 @@ describe("the internal DeliveryService", () => {
       createClient(LinkService, transport).getLink({ id: "lnk-x" }, { headers: { "client-id": "c" } }),
       Code.NotFound,
     );
+  });
+
+  it("logs an attempt once when the notifier records it again after losing the answer", async () => {
+    const transport = await server({});
+    const deliveries = createClient(DeliveryService, transport);
+    const links = createClient(LinkService, transport);
+    const as = { headers: { "client-id": "retry-client" } };
+    const { link } = await links.createLink(
+      {
+        type: LinkType.PAYMENT,
+        data: { amount: { value: 500n, currency: "EUR" }, description: "record twice" },
+        metadata: { webhook: "https://hooks.example/paid" },
+      },
+      as,
+    );
+    const paid = await links.completePayment({ linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
+    const [event] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
+    const start = await deliveries.startAttempt({ eventId: event!.id, linkId: link!.id, paymentId: paid.paymentId });
+    expect(start.action).toBe(StartAttemptAction.DELIVER);
+
+    const record = {
+      eventId: event!.id,
+      leaseToken: start.leaseToken,
+      durationMs: 12,
+      statusCode: 503,
+      outcome: AttemptOutcome.RETRY,
+      retryInMs: 60_000,
+    };
+    await deliveries.recordAttempt(record);
+    const [first] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
+    // The same record again, as the notifier sends it when the first answer was lost.
+    await deliveries.recordAttempt({ ...record, retryInMs: 1_000 });
+    const [after] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
+    expect(after!.attempts).toHaveLength(1);
+    expect(after!.attempts[0]).toMatchObject({ number: 1, statusCode: 503 });
+    expect(after!.nextAttemptAt).toEqual(first!.nextAttemptAt);
+
+    // Another lease's attempt (a copy whose lease lapsed) is still history of its own.
+    await deliveries.recordAttempt({ ...record, leaseToken: "another-lease", statusCode: 502 });
+    const [later] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
+    expect(later!.attempts.map((a) => a.statusCode)).toEqual([503, 502]);
   });
 
   it("is open in a test deployment without INTERNAL_TOKEN, and off in production without one", async () => {

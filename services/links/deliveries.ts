@@ -145,14 +145,18 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     const now = clock.now();
     const row = isEventId(req.eventId) ? await store.lockDelivery(tx, req.eventId) : undefined;
     if (!row) throw new ConnectError("Event not found", Code.NotFound);
-    await store.insertAttempt(tx, {
+    const first = await store.insertAttempt(tx, {
       eventId: row.eventId,
       generation: req.generation,
       at: req.at ? timestampDate(req.at) : now,
       statusCode: req.statusCode ?? null,
       error: req.error ?? null,
       durationMs: req.durationMs,
+      leaseToken: req.leaseToken || null,
     });
+    // The notifier retries a record whose answer it lost: the first one
+    // logged the attempt and set the schedule, and this one changes nothing.
+    if (!first) return;
     const holder = row.leaseToken !== null && row.leaseToken === req.leaseToken;
     const set: Partial<DeliveryRow> = holder ? { leaseToken: null, leaseUntil: null, reconcileAt: now, republished: 0 } : {};
     // An attempt of an older schedule is history only; a lapsed lease still

@@ -12,6 +12,7 @@ import {
   primaryKey,
   text,
   timestamp,
+  uniqueIndex,
   uuid,
 } from "drizzle-orm/pg-core";
 
@@ -164,8 +165,17 @@ export const deliveryAttempts = pgTable(
     statusCode: integer("status_code"),
     error: text("error"),
     durationMs: integer("duration_ms").notNull(),
+    /**
+     * The lease the attempt ran under (StartAttempt's, one per attempt): a
+     * notifier that records again after losing the answer finds it taken.
+     * Null for attempts recorded without one.
+     */
+    leaseToken: text("lease_token"),
   },
-  (t) => [primaryKey({ columns: [t.eventId, t.number] })],
+  (t) => [
+    primaryKey({ columns: [t.eventId, t.number] }),
+    uniqueIndex("delivery_attempts_lease_token_idx").on(t.eventId, t.leaseToken),
+  ],
 );
 
 export const apiKeys = pgTable(

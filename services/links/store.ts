@@ -323,13 +323,22 @@ export async function attemptsOf(db: Executor, eventIds: string[]): Promise<Atte
     .orderBy(asc(deliveryAttempts.eventId), asc(deliveryAttempts.number));
 }
 
-/** Numbers the attempt after the event's last; the caller holds the event's row. */
-export async function insertAttempt(db: Executor, row: Omit<typeof deliveryAttempts.$inferInsert, "number">): Promise<void> {
+/**
+ * Numbers the attempt after the event's last; the caller holds the event's
+ * row. Answers false, and writes nothing, when an attempt with this lease
+ * token is already recorded.
+ */
+export async function insertAttempt(db: Executor, row: Omit<typeof deliveryAttempts.$inferInsert, "number">): Promise<boolean> {
   const [last] = await db
     .select({ n: sql<number>`coalesce(max(${deliveryAttempts.number}), 0)::int` })
     .from(deliveryAttempts)
     .where(eq(deliveryAttempts.eventId, row.eventId));
-  await db.insert(deliveryAttempts).values({ ...row, number: (last?.n ?? 0) + 1 });
+  const inserted = await db
+    .insert(deliveryAttempts)
+    .values({ ...row, number: (last?.n ?? 0) + 1 })
+    .onConflictDoNothing({ target: [deliveryAttempts.eventId, deliveryAttempts.leaseToken] })
+    .returning({ number: deliveryAttempts.number });
+  return inserted.length > 0;
 }
 
 /**

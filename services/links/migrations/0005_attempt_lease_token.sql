@@ -1,0 +1,2 @@
+ALTER TABLE "delivery_attempts" ADD COLUMN "lease_token" text;--> statement-breakpoint
+CREATE UNIQUE INDEX "delivery_attempts_lease_token_idx" ON "delivery_attempts" USING btree ("event_id","lease_token");
