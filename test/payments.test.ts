@@ -15,9 +15,9 @@ import {
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createCaptureRetrier } from "../services/links/captures.js";
-import { createPayments } from "../services/links/payments.js";
+import { createPayments, HOLD_RELEASE_AFTER_MS } from "../services/links/payments.js";
 import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
-import { deliveries, links, outbox, payments } from "../services/links/schema.js";
+import { deliveries, links, openHolds, outbox, payments } from "../services/links/schema.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { testClock } from "./support/clock.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -41,6 +41,7 @@ const pay = (id: string, body: unknown = { payment_method: "card", card: goodCar
   api(stack, "POST", `/link/${id}/pay`, { clientId: null, body });
 
 const paymentRows = (linkId: string) => stack.db.select().from(payments).where(eq(payments.linkId, linkId));
+const openHoldRows = (linkId: string) => stack.db.select().from(openHolds).where(eq(openHolds.linkId, linkId));
 
 describe("single use", () => {
   it("lets exactly one of 50 simultaneous payments win and charges only the winner", async () => {
@@ -68,6 +69,8 @@ describe("single use", () => {
     expect(fates.filter((f) => f === "captured")).toHaveLength(1);
     expect(fates.filter((f) => f === "authorized")).toHaveLength(0);
     expect(fates.filter((f) => f === "voided")).toHaveLength(fates.length - 1);
+    // And none is left open for the capture job to release.
+    expect(await openHoldRows(id)).toEqual([]);
   });
 
   it("records the payment, the used link and its event in one go", async () => {
@@ -401,6 +404,84 @@ describe("when the processor or the clock get in the way", () => {
     await createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent }).retry();
     expect((await paymentRows(id))[0]!.capturedAt).toEqual(clock.now());
     expect(sandbox.authorizations.get(payment!.authorizationId)).toBe("captured");
+  });
+
+  it("releases a hold whose authorize answer was lost, once no pay can still be waiting on it", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    // The processor holds the funds, and its answer never arrives.
+    const lost: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        await sandbox.authorize(req);
+        throw new Error("socket hang up");
+      },
+    };
+    const err = await paymentsWith(lost, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect([...sandbox.authorizations.values()]).toEqual(["authorized"]);
+    expect(await openHoldRows(id)).toHaveLength(1);
+
+    const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
+    expect(await job.release()).toBe(0); // a pay could still be waiting on it
+    clock.advance(HOLD_RELEASE_AFTER_MS);
+    expect(await job.release()).toBe(1);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    expect(await openHoldRows(id)).toEqual([]);
+    expect((await pay(id)).status).toBe(200);
+  });
+
+  it("releases the hold of a losing attempt whose void failed", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    // The loser read the link as live; the winner pays while the loser's processor authorizes.
+    const racing: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        await paymentsWith(sandbox, clock).complete(bankTransfer(id));
+        return sandbox.authorize(req);
+      },
+      void: async () => Promise.reject(new Error("processor timeout")),
+    };
+    const err = await paymentsWith(racing, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
+    const [winner] = await paymentRows(id);
+    const loser = [...sandbox.authorizations.keys()].find((auth) => auth !== winner!.authorizationId)!;
+    expect(sandbox.authorizations.get(loser)).toBe("authorized");
+    expect(await openHoldRows(id)).toHaveLength(1);
+
+    clock.advance(HOLD_RELEASE_AFTER_MS);
+    const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
+    expect(await job.release()).toBe(1);
+    expect(sandbox.authorizations.get(loser)).toBe("voided");
+    expect(sandbox.authorizations.get(winner!.authorizationId)).toBe("captured");
+    expect(await openHoldRows(id)).toEqual([]);
+  });
+
+  it("lets no payment through whose hold the capture job released before it committed", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
+    let released = 0;
+    // An authorize that answers so late that the job has taken its hold for abandoned.
+    const late: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        const auth = await sandbox.authorize(req);
+        clock.advance(HOLD_RELEASE_AFTER_MS);
+        released = await job.release();
+        return auth;
+      },
+    };
+    const err = await paymentsWith(late, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(released).toBe(1);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect(await paymentRows(id)).toHaveLength(0);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    expect((await pay(id)).status).toBe(200);
   });
 
   it("answers Unavailable (REST 503) when the processor cannot authorize, and the link stays payable", async () => {

@@ -1,6 +1,10 @@
 // Captures are durable: a payment row without captured_at is a hold we still
 // owe a capture. The payment path captures at once; this job retries what a
 // crash or a processor fault left behind, so the merchant is always paid.
+// Releases are durable too: an open_holds row is an authorization no payment
+// committed with; the payment path closes it, and this job releases what a
+// crash, a lost answer or a failed void left open, so no customer's funds
+// stay held for a link they did not get.
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db, Executor } from "./db.js";
@@ -17,6 +21,8 @@ const RETRY_MAX_MS = 3_600_000;
 // A capture holds its payment's row lock and a pool connection: one that
 // hangs is given up (and tried again later; capture is idempotent).
 const CAPTURE_TIMEOUT_MS = 15_000;
+// A release that fails is tried again this much later.
+const RELEASE_RETRY_MS = 5 * 60_000;
 
 export async function captureAndRecord(
   db: Executor,
@@ -71,17 +77,49 @@ export function createCaptureRetrier(opts: {
     return captured;
   }
 
+  /**
+   * One pass over the holds due for release; returns how many it released.
+   * Each is locked while the processor voids it, so a payment still trying
+   * to commit with it waits, finds it gone, and does not go through.
+   */
+  async function release(): Promise<number> {
+    let released = 0;
+    for (const reference of await store.dueHolds(db, clock.now(), opts.batchSize ?? 100)) {
+      try {
+        const done = await db.transaction(async (tx) => {
+          if (!(await store.lockHold(tx, reference))) return false;
+          await withTimeout(processor.release(reference), CAPTURE_TIMEOUT_MS);
+          await store.closeHold(tx, reference);
+          return true;
+        });
+        if (done) {
+          released++;
+          logger.warn({ reference }, "released a hold no payment committed with");
+        }
+      } catch (err) {
+        logger.error({ err, reference }, "hold release failed; tried again later");
+        await store
+          .deferHold(db, reference, new Date(clock.now().getTime() + RELEASE_RETRY_MS))
+          .catch((e: unknown) => logger.error({ err: e, reference }, "could not defer a failed release"));
+      }
+    }
+    return released;
+  }
+
   function schedule() {
     if (stopped) return;
     timer = setTimeout(() => {
       running = retry()
         .catch((err: unknown) => logger.error({ err }, "capture retry pass failed"))
+        .then(() => release())
+        .catch((err: unknown) => logger.error({ err }, "hold release pass failed"))
         .finally(schedule);
     }, opts.intervalMs ?? 30_000);
   }
 
   return {
     retry,
+    release,
     start: schedule,
     async close() {
       stopped = true;
@@ -94,7 +132,7 @@ export function createCaptureRetrier(opts: {
 function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the capture did not answer within ${ms} ms`)), ms);
+    timer = setTimeout(() => reject(new Error(`the processor did not answer within ${ms} ms`)), ms);
   });
   return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }

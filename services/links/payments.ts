@@ -9,7 +9,7 @@ import {
   CompletePaymentResponseSchema,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
-import { newPaymentId } from "../shared/ids.js";
+import { newHoldReference, newPaymentId } from "../shared/ids.js";
 import { methodName } from "../shared/names.js";
 import type { Logger } from "../shared/logger.js";
 import {
@@ -37,6 +37,9 @@ export interface Payments {
 }
 
 const CAPTURE_WAIT_MS = 5_000;
+// An open hold this old has no pay waiting on it any more (pay's deadline is
+// 30 s): the capture job may release it.
+export const HOLD_RELEASE_AFTER_MS = 5 * 60_000;
 
 export interface PaymentsDeps {
   db: Db;
@@ -81,14 +84,33 @@ export function createPayments(deps: PaymentsDeps): Payments {
       const processor = deps.processor;
 
       const amount = data.amount!;
+      // Written before the processor is asked, so a hold this attempt never
+      // gets to record (a crash, a lost answer) is still found and released.
+      const reference = newHoldReference();
+      const openedAt = clock.now();
+      await store.openHold(db, {
+        reference,
+        linkId: row.id,
+        createdAt: openedAt,
+        releaseAt: new Date(openedAt.getTime() + HOLD_RELEASE_AFTER_MS),
+      });
       const auth = await processor
-        .authorize({ amount: amount.value, currency: amount.currency, method, card })
+        .authorize({ reference, amount: amount.value, currency: amount.currency, method, card })
         .catch((err: unknown) => {
-          // Nothing was held: the customer may simply try again.
-          deps.logger.error({ err, linkId: row.id }, "processor failed to authorize");
+          // The customer may simply try again; a hold the processor made
+          // regardless is released by the capture job.
+          deps.logger.error({ err, linkId: row.id, reference }, "processor failed to authorize");
           throw processorUnavailable();
         });
-      if (!auth.approved) throw await attempts.failed(row.id, cardDeclined());
+      if (!auth.approved) {
+        await store.closeHold(db, reference);
+        throw await attempts.failed(row.id, cardDeclined());
+      }
+      // A hold this attempt does not keep: voided now, or, when the void
+      // fails, left open for the capture job to release.
+      const release = async () => {
+        if (await voidQuietly(processor, auth.authorizationId, deps.logger)) await store.closeHold(db, reference);
+      };
 
       const paymentId = newPaymentId();
       const answer = create(CompletePaymentResponseSchema, {
@@ -108,6 +130,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
           const now = clock.now();
           tookLink = (await store.markUsed(tx, row.id, now)) !== undefined;
           if (!tookLink) return false;
+          // The capture job released this hold (the attempt ran past any
+          // deadline): the payment must not go through without it.
+          if (!(await store.closeHold(tx, reference))) throw new HoldReleased();
           await store.insertPayment(tx, {
             id: paymentId,
             linkId: row.id,
@@ -136,7 +161,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
         // The unique key on payments.link_id is the last line of defence if
         // two attempts ever got past markUsed: this one surely lost.
         if (isUniqueViolation(err)) {
-          await voidQuietly(processor, auth.authorizationId, deps.logger);
+          await release();
           const earlier = await lostTo(req);
           if (earlier) return earlier;
           throw linkUsed();
@@ -148,13 +173,14 @@ export function createPayments(deps: PaymentsDeps): Payments {
         if (outcome === undefined) {
           deps.logger.error({ paymentId, linkId: row.id, txid }, "payment outcome unknown; hold left for reconciliation");
         }
-        if (outcome === "aborted") await voidQuietly(processor, auth.authorizationId, deps.logger);
+        if (outcome === "aborted") await release();
+        if (err instanceof HoldReleased) throw processorUnavailable();
         if (outcome !== "committed") throw err;
         won = tookLink;
       }
 
       if (!won) {
-        await voidQuietly(processor, auth.authorizationId, deps.logger);
+        await release();
         // Lost to an earlier try of this very attempt (same key): its answer is ours.
         const earlier = await lostTo(req);
         if (earlier) return earlier;
@@ -189,14 +215,23 @@ function withIds(redirectUrl: string, linkId: string, paymentId: string): string
 }
 
 /**
- * A void that fails must not turn a clean 409 into a 500: the hold lapses at
- * the processor on its own, and the log tells operations to release it now.
+ * A void that fails must not turn a clean 409 into a 500: its hold stays
+ * open, and the capture job releases it. Answers whether the void went through.
  */
-async function voidQuietly(processor: PaymentProcessor, authorizationId: string, logger: Logger): Promise<void> {
+async function voidQuietly(processor: PaymentProcessor, authorizationId: string, logger: Logger): Promise<boolean> {
   try {
     await processor.void(authorizationId);
+    return true;
   } catch (err) {
-    logger.error({ err, authorizationId }, "void failed for an attempt that did not use the link");
+    logger.error({ err, authorizationId }, "void failed for an attempt that did not use the link; the capture job will release it");
+    return false;
+  }
+}
+
+/** The winning transaction found its hold released by the capture job. */
+class HoldReleased extends Error {
+  constructor() {
+    super("the hold was released before the payment committed");
   }
 }
 

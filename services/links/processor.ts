@@ -6,6 +6,11 @@ import { randomUUID } from "node:crypto";
 export type CardInput = { number: string; expMonth: number; expYear: number; cvc: string; name?: string };
 
 export interface AuthorizeRequest {
+  /**
+   * The idempotency key of this authorization: the processor holds funds at
+   * most once per reference, and `release` finds the hold by it.
+   */
+  reference: string;
   amount: bigint;
   currency: string;
   method: "card" | "bank_transfer";
@@ -23,6 +28,12 @@ export interface PaymentProcessor {
   capture(authorizationId: string): Promise<void>;
   /** Idempotent, like capture. */
   void(authorizationId: string): Promise<void>;
+  /**
+   * Voids the hold made under `reference`, if any: for an authorization
+   * whose answer was never recorded (the process died, the answer was lost).
+   * Idempotent, and a reference that never held anything is released too.
+   */
+  release(reference: string): Promise<void>;
 }
 
 const SANDBOX_AUTHORIZATION = /^auth-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -35,6 +46,7 @@ const APPROVED_TEST_CARDS = new Set(["4242424242424242", "5555555555554444"]);
  */
 export function createSandboxProcessor() {
   const authorizations = new Map<string, "authorized" | "captured" | "voided">();
+  const byReference = new Map<string, string>();
   const settle = (id: string, to: "captured" | "voided") => {
     const state = authorizations.get(id);
     if (state === to) return; // a retry of the same call
@@ -47,11 +59,15 @@ export function createSandboxProcessor() {
   return {
     name: "sandbox",
     authorizations,
+    byReference,
     async authorize(req: AuthorizeRequest): Promise<Authorization> {
       if (req.method === "card" && !APPROVED_TEST_CARDS.has(req.card?.number ?? "")) return { approved: false };
+      const earlier = byReference.get(req.reference);
+      if (earlier) return { approved: true, authorizationId: earlier, transactionId: `txn-${earlier.slice(5)}` };
       const authorizationId = `auth-${randomUUID()}`;
       authorizations.set(authorizationId, "authorized");
-      return { approved: true, authorizationId, transactionId: `txn-${randomUUID()}` };
+      byReference.set(req.reference, authorizationId);
+      return { approved: true, authorizationId, transactionId: `txn-${authorizationId.slice(5)}` };
     },
     async capture(id: string) {
       settle(id, "captured");
@@ -59,5 +75,11 @@ export function createSandboxProcessor() {
     async void(id: string) {
       settle(id, "voided");
     },
-  } satisfies PaymentProcessor & { authorizations: Map<string, string> };
+    async release(reference: string) {
+      const id = byReference.get(reference);
+      if (id && authorizations.get(id) === "authorized") settle(id, "voided");
+      // A captured one is a payment: releasing it would be a bug, and says so.
+      else if (id && authorizations.get(id) === "captured") throw new Error(`authorization ${id} is captured`);
+    },
+  } satisfies PaymentProcessor & { authorizations: Map<string, string>; byReference: Map<string, string> };
 }

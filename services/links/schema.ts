@@ -152,6 +152,28 @@ export const deliveries = pgTable(
   ],
 );
 
+/**
+ * Authorizations asked of the processor whose payment has not committed: a
+ * row is written before the processor is called and deleted in the payment's
+ * own transaction, or once the hold is voided. A row that outlives its pay
+ * (a crash, a lost COMMIT, a void that failed) is released by the capture
+ * job, so no hold is ever left to lapse on the customer's card.
+ */
+export const openHolds = pgTable(
+  "open_holds",
+  {
+    /** The processor's idempotency key for the authorization: "hold-" + UUIDv7. */
+    reference: text("reference").primaryKey(),
+    linkId: text("link_id")
+      .notNull()
+      .references(() => links.id),
+    createdAt: at("created_at").notNull(),
+    /** When the capture job may release it: well after any pay could still commit, later after a failed release. */
+    releaseAt: at("release_at").notNull(),
+  },
+  (t) => [index("open_holds_release_at_idx").on(t.releaseAt)],
+);
+
 export const deliveryAttempts = pgTable(
   "delivery_attempts",
   {

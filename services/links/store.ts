@@ -4,7 +4,7 @@
 import { and, asc, desc, eq, gt, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import type { Db, Executor } from "./db.js";
-import { deliveries, deliveryAttempts, idempotencyKeys, links, type LinkStatusValue, payments } from "./schema.js";
+import { deliveries, deliveryAttempts, idempotencyKeys, links, type LinkStatusValue, openHolds, payments } from "./schema.js";
 import type { LinkRow } from "./records.js";
 
 /**
@@ -191,6 +191,43 @@ export async function lockUncaptured(db: Executor, id: string) {
     .where(and(eq(payments.id, id), isNull(payments.capturedAt)))
     .for("update", { skipLocked: true });
   return row;
+}
+
+/** Records an authorization about to be asked for, before the processor is called. */
+export async function openHold(db: Executor, hold: typeof openHolds.$inferInsert): Promise<void> {
+  await db.insert(openHolds).values(hold);
+}
+
+/** Settles a hold (its payment committed, or it was voided); false when it was not open (the capture job released it). */
+export async function closeHold(db: Executor, reference: string): Promise<boolean> {
+  const closed = await db.delete(openHolds).where(eq(openHolds.reference, reference)).returning({ reference: openHolds.reference });
+  return closed.length > 0;
+}
+
+/** Open holds due for release, oldest first. */
+export async function dueHolds(db: Executor, now: Date, limit: number): Promise<string[]> {
+  const rows = await db
+    .select({ reference: openHolds.reference })
+    .from(openHolds)
+    .where(lte(openHolds.releaseAt, now))
+    .orderBy(asc(openHolds.releaseAt))
+    .limit(limit);
+  return rows.map((row) => row.reference);
+}
+
+/** Holds one open hold for this transaction; false when closed meanwhile or held elsewhere. */
+export async function lockHold(db: Executor, reference: string): Promise<boolean> {
+  const rows = await db
+    .select({ reference: openHolds.reference })
+    .from(openHolds)
+    .where(eq(openHolds.reference, reference))
+    .for("update", { skipLocked: true });
+  return rows.length > 0;
+}
+
+/** A release that failed: tried again at `releaseAt`. */
+export async function deferHold(db: Executor, reference: string, releaseAt: Date): Promise<void> {
+  await db.update(openHolds).set({ releaseAt }).where(eq(openHolds.reference, reference));
 }
 
 /** The id of the transaction this runs in (assigning one if needed). */

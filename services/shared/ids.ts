@@ -27,6 +27,7 @@ function monotonicV7(): string {
 
 export const newLinkId = () => `lnk-${monotonicV7()}`;
 export const newPaymentId = () => `pay-${monotonicV7()}`;
+export const newHoldReference = () => `hold-${monotonicV7()}`;
 export const isLinkId = (id: string) => LINK_ID.test(id);
 /** Event ids are UUIDs of any version (randomUUID makes v4). */
 export const isEventId = (id: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(id);
