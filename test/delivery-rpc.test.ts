@@ -16,6 +16,7 @@ import {
   PaymentStatus,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createDb } from "../services/links/db.js";
+import { LEASE_MS } from "../services/links/deliveries.js";
 import { startLinksServer } from "../services/links/server.js";
 import { createSandboxProcessor } from "../services/links/processor.js";
 import { testClock } from "./support/clock.js";
@@ -25,7 +26,7 @@ type Server = Awaited<ReturnType<typeof startLinksServer>>;
 const handle = createDb(inject("databaseUrl"));
 const servers: Server[] = [];
 
-async function server(opts: { internalToken?: string; env?: "test" | "production" }) {
+async function server(opts: { internalToken?: string; env?: "test" | "production"; clock?: ReturnType<typeof testClock> }) {
   const s = await startLinksServer({
     db: handle.db,
     port: 0,
@@ -159,6 +160,38 @@ describe("the internal DeliveryService", () => {
     await deliveries.recordAttempt({ ...record, leaseToken: "another-lease", statusCode: 502 });
     const [later] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
     expect(later!.attempts.map((a) => a.statusCode)).toEqual([503, 502]);
+  });
+
+  it("keeps an event owed when a copy whose lease lapsed gives up while another copy is attempting it", async () => {
+    const clock = testClock(new Date());
+    const transport = await server({ clock });
+    const deliveries = createClient(DeliveryService, transport);
+    const links = createClient(LinkService, transport);
+    const as = { headers: { "client-id": "lapsed-client" } };
+    const { link } = await links.createLink(
+      {
+        type: LinkType.PAYMENT,
+        data: { amount: { value: 700n, currency: "EUR" }, description: "lapsed lease" },
+        metadata: { webhook: "https://hooks.example/paid" },
+      },
+      as,
+    );
+    const paid = await links.completePayment({ linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
+    const [event] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
+    const attempt = { eventId: event!.id, linkId: link!.id, paymentId: paid.paymentId };
+    const slow = await deliveries.startAttempt(attempt);
+    clock.advance(LEASE_MS + 1);
+    const next = await deliveries.startAttempt(attempt);
+    expect([slow.action, next.action]).toEqual([StartAttemptAction.DELIVER, StartAttemptAction.DELIVER]);
+
+    // The slow copy comes back from its last attempt and gives up: history only.
+    await deliveries.recordAttempt({ eventId: event!.id, leaseToken: slow.leaseToken, error: "timeout", outcome: AttemptOutcome.FAILED });
+    const [meanwhile] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
+    expect(meanwhile!.status).toBe(DeliveryStatus.PENDING);
+    await deliveries.recordAttempt({ eventId: event!.id, leaseToken: next.leaseToken, statusCode: 200, outcome: AttemptOutcome.DELIVERED });
+    const [settled] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
+    expect(settled!.status).toBe(DeliveryStatus.DELIVERED);
+    expect(settled!.attempts).toHaveLength(2);
   });
 
   it("is open in a test deployment without INTERNAL_TOKEN, and off in production without one", async () => {

@@ -160,9 +160,12 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     const holder = row.leaseToken !== null && row.leaseToken === req.leaseToken;
     const set: Partial<DeliveryRow> = holder ? { leaseToken: null, leaseUntil: null, reconcileAt: now, republished: 0 } : {};
     // An attempt of an older schedule is history only; a lapsed lease still
-    // tells the truth about a 2xx or a 410, but no longer sets the schedule.
+    // tells the truth about a 2xx or a 410, but no longer sets the schedule,
+    // and gives up on the event only when no other copy is attempting it now
+    // (that attempt may yet deliver).
     const current = req.generation === row.generation && row.status === "pending";
-    const settled = SETTLED_BY[req.outcome];
+    const anotherAttempting = !holder && row.leaseToken !== null && row.leaseUntil !== null && row.leaseUntil > now;
+    const settled = req.outcome === AttemptOutcome.FAILED && anotherAttempting ? undefined : SETTLED_BY[req.outcome];
     if (current && settled) Object.assign(set, { status: settled, nextAttemptAt: null, reconcileAt: null });
     else if (current && holder && req.outcome === AttemptOutcome.RETRY) {
       const due = new Date(now.getTime() + req.retryInMs);
