@@ -14,7 +14,7 @@ import {
   LinkStatus,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
-import { createCaptureRetrier } from "../services/links/captures.js";
+import { createCaptureRetrier, RELEASE_RETRY_MS } from "../services/links/captures.js";
 import { createPayments, HOLD_RELEASE_AFTER_MS } from "../services/links/payments.js";
 import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
 import { deliveries, links, openHolds, outbox, payments } from "../services/links/schema.js";
@@ -42,6 +42,12 @@ const pay = (id: string, body: unknown = { payment_method: "card", card: goodCar
 
 const paymentRows = (linkId: string) => stack.db.select().from(payments).where(eq(payments.linkId, linkId));
 const openHoldRows = (linkId: string) => stack.db.select().from(openHolds).where(eq(openHolds.linkId, linkId));
+/** The link's one open hold. */
+async function openHoldOf(linkId: string): Promise<string> {
+  const rows = await openHoldRows(linkId);
+  expect(rows).toHaveLength(1);
+  return rows[0]!.reference;
+}
 
 describe("single use", () => {
   it("lets exactly one of 50 simultaneous payments win and charges only the winner", async () => {
@@ -423,10 +429,12 @@ describe("when the processor or the clock get in the way", () => {
     expect([...sandbox.authorizations.values()]).toEqual(["authorized"]);
     expect(await openHoldRows(id)).toHaveLength(1);
 
+    // One hold at a time (the job's pass would sweep the holds of tests running beside this one).
+    const reference = await openHoldOf(id);
     const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
-    expect(await job.release()).toBe(0); // a pay could still be waiting on it
+    expect(await job.releaseHold(reference)).toBe(false); // a pay could still be waiting on it
     clock.advance(HOLD_RELEASE_AFTER_MS);
-    expect(await job.release()).toBe(1);
+    expect(await job.releaseHold(reference)).toBe(true);
     expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
     expect(await openHoldRows(id)).toEqual([]);
     expect((await pay(id)).status).toBe(200);
@@ -450,11 +458,11 @@ describe("when the processor or the clock get in the way", () => {
     const [winner] = await paymentRows(id);
     const loser = [...sandbox.authorizations.keys()].find((auth) => auth !== winner!.authorizationId)!;
     expect(sandbox.authorizations.get(loser)).toBe("authorized");
-    expect(await openHoldRows(id)).toHaveLength(1);
+    const reference = await openHoldOf(id);
 
     clock.advance(HOLD_RELEASE_AFTER_MS);
     const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
-    expect(await job.release()).toBe(1);
+    expect(await job.releaseHold(reference)).toBe(true);
     expect(sandbox.authorizations.get(loser)).toBe("voided");
     expect(sandbox.authorizations.get(winner!.authorizationId)).toBe("captured");
     expect(await openHoldRows(id)).toEqual([]);
@@ -465,23 +473,117 @@ describe("when the processor or the clock get in the way", () => {
     const clock = testClock(stack.clock.now());
     const sandbox = createSandboxProcessor();
     const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
-    let released = 0;
+    let released: boolean | undefined;
     // An authorize that answers so late that the job has taken its hold for abandoned.
     const late: PaymentProcessor = {
       ...sandbox,
       authorize: async (req) => {
         const auth = await sandbox.authorize(req);
         clock.advance(HOLD_RELEASE_AFTER_MS);
-        released = await job.release();
+        released = await job.releaseHold(req.reference);
         return auth;
       },
     };
     const err = await paymentsWith(late, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
-    expect(released).toBe(1);
+    expect(released).toBe(true);
     expect((err as ConnectError).code).toBe(Code.Unavailable);
     expect(await paymentRows(id)).toHaveLength(0);
     expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
     expect((await pay(id)).status).toBe(200);
+  });
+
+  it("lets no payment through whose hold the processor released though its answer to the job was lost", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    const answerLost: PaymentProcessor = {
+      ...sandbox,
+      release: async (reference) => {
+        await sandbox.release(reference);
+        throw new Error("socket hang up");
+      },
+    };
+    const job = createCaptureRetrier({ db: stack.db, processor: answerLost, clock, logger: silent });
+    let released: boolean | undefined;
+    let reference = "";
+    const late: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        const auth = await sandbox.authorize(req);
+        reference = req.reference;
+        clock.advance(HOLD_RELEASE_AFTER_MS);
+        released = await job.releaseHold(reference);
+        return auth;
+      },
+    };
+    const err = await paymentsWith(late, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(released).toBe(false);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect(await paymentRows(id)).toHaveLength(0);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    // The pay voided its own hold and forgot it; the job has nothing left to do.
+    expect(await openHoldRows(id)).toEqual([]);
+    clock.advance(RELEASE_RETRY_MS);
+    expect(await job.releaseHold(reference)).toBe(false);
+  });
+
+  it("records a hold again when the job released it before the processor made it and the pay's void fails", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
+    let released: boolean | undefined;
+    // The job releases while the authorization is still being made (nothing to void yet), and the pay's own void fails.
+    const slow: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        clock.advance(HOLD_RELEASE_AFTER_MS);
+        released = await job.releaseHold(req.reference);
+        return sandbox.authorize(req);
+      },
+      void: async () => Promise.reject(new Error("processor timeout")),
+    };
+    const err = await paymentsWith(slow, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(released).toBe(true);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect([...sandbox.authorizations.values()]).toEqual(["authorized"]);
+    const reference = await openHoldOf(id);
+    expect(await job.releaseHold(reference)).toBe(true);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    expect(await paymentRows(id)).toHaveLength(0);
+  });
+
+  it("keeps a hold the job could not release marked, and releases it later", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    // The pay's authorize answer is lost, and so is the processor's first answer to the release.
+    const lost: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        await sandbox.authorize(req);
+        throw new Error("socket hang up");
+      },
+    };
+    await paymentsWith(lost, clock).complete(bankTransfer(id)).catch(() => {});
+    const reference = await openHoldOf(id);
+    clock.advance(HOLD_RELEASE_AFTER_MS);
+    const down = createCaptureRetrier({
+      db: stack.db,
+      processor: { ...sandbox, release: async () => Promise.reject(new Error("processor timeout")) },
+      clock,
+      logger: silent,
+    });
+    expect(await down.releaseHold(reference)).toBe(false);
+    expect(await openHoldRows(id)).toMatchObject([{ reference, releasing: true }]);
+    expect([...sandbox.authorizations.values()]).toEqual(["authorized"]);
+
+    const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
+    expect(await job.releaseHold(reference)).toBe(false); // not before its retry is due
+    clock.advance(RELEASE_RETRY_MS);
+    expect(await job.releaseHold(reference)).toBe(true);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    expect(await openHoldRows(id)).toEqual([]);
   });
 
   it("answers Unavailable (REST 503) when the processor cannot authorize, and the link stays payable", async () => {
@@ -489,6 +591,8 @@ describe("when the processor or the clock get in the way", () => {
     const sandbox = createSandboxProcessor();
     const down: PaymentProcessor = { ...sandbox, authorize: async () => Promise.reject(new Error("ECONNRESET")) };
     const err = await paymentsWith(down).complete(bankTransfer(id)).catch((e: unknown) => e);
+    // Whatever the processor did is the capture job's to release.
+    expect(await openHoldRows(id)).toHaveLength(1);
     expect((err as ConnectError).code).toBe(Code.Unavailable);
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("PROCESSOR_UNAVAILABLE");
     expect(httpErrorFromRpc(err as ConnectError)).toEqual({

@@ -19,10 +19,10 @@ const GRACE_MS = 30_000;
 const RETRY_FIRST_MS = 30_000;
 const RETRY_MAX_MS = 3_600_000;
 // A capture holds its payment's row lock and a pool connection: one that
-// hangs is given up (and tried again later; capture is idempotent).
-const CAPTURE_TIMEOUT_MS = 15_000;
+// hangs is given up (and tried again later; capture and release are idempotent).
+const PROCESSOR_TIMEOUT_MS = 15_000;
 // A release that fails is tried again this much later.
-const RELEASE_RETRY_MS = 5 * 60_000;
+export const RELEASE_RETRY_MS = 5 * 60_000;
 
 export async function captureAndRecord(
   db: Executor,
@@ -63,7 +63,7 @@ export function createCaptureRetrier(opts: {
         const done = await db.transaction(async (tx) => {
           const payment = await store.lockUncaptured(tx, id);
           if (!payment) return false; // recorded meanwhile, or another copy has it
-          await withTimeout(captureAndRecord(tx, processor, clock, payment), CAPTURE_TIMEOUT_MS);
+          await withTimeout(captureAndRecord(tx, processor, clock, payment), PROCESSOR_TIMEOUT_MS);
           return true;
         });
         if (done) captured++;
@@ -78,30 +78,34 @@ export function createCaptureRetrier(opts: {
   }
 
   /**
-   * One pass over the holds due for release; returns how many it released.
-   * Each is locked while the processor voids it, so a payment still trying
-   * to commit with it waits, finds it gone, and does not go through.
+   * Releases one due hold; answers whether it did. The mark is committed
+   * before the processor is asked, so a payment still trying to commit with
+   * this hold fails even when the processor's answer is lost; a release that
+   * fails stays marked and is tried again after RELEASE_RETRY_MS.
    */
+  async function releaseHold(reference: string): Promise<boolean> {
+    const now = clock.now();
+    if (!(await store.markReleasing(db, reference, now, new Date(now.getTime() + RELEASE_RETRY_MS)))) return false;
+    try {
+      await withTimeout(processor.release(reference), PROCESSOR_TIMEOUT_MS);
+    } catch (err) {
+      logger.error({ err, reference }, "hold release failed; tried again later");
+      return false;
+    }
+    await store.closeHold(db, reference);
+    logger.warn({ reference }, "released a hold no payment committed with");
+    return true;
+  }
+
+  /** One pass over the holds due for release; returns how many it released. */
   async function release(): Promise<number> {
     let released = 0;
     for (const reference of await store.dueHolds(db, clock.now(), opts.batchSize ?? 100)) {
-      try {
-        const done = await db.transaction(async (tx) => {
-          if (!(await store.lockHold(tx, reference))) return false;
-          await withTimeout(processor.release(reference), CAPTURE_TIMEOUT_MS);
-          await store.closeHold(tx, reference);
-          return true;
-        });
-        if (done) {
-          released++;
-          logger.warn({ reference }, "released a hold no payment committed with");
-        }
-      } catch (err) {
+      const done = await releaseHold(reference).catch((err: unknown) => {
         logger.error({ err, reference }, "hold release failed; tried again later");
-        await store
-          .deferHold(db, reference, new Date(clock.now().getTime() + RELEASE_RETRY_MS))
-          .catch((e: unknown) => logger.error({ err: e, reference }, "could not defer a failed release"));
-      }
+        return false;
+      });
+      if (done) released++;
     }
     return released;
   }
@@ -109,17 +113,18 @@ export function createCaptureRetrier(opts: {
   function schedule() {
     if (stopped) return;
     timer = setTimeout(() => {
-      running = retry()
-        .catch((err: unknown) => logger.error({ err }, "capture retry pass failed"))
-        .then(() => release())
-        .catch((err: unknown) => logger.error({ err }, "hold release pass failed"))
-        .finally(schedule);
+      // Side by side: a processor that hangs on one kind holds up neither.
+      running = Promise.all([
+        retry().catch((err: unknown) => logger.error({ err }, "capture retry pass failed")),
+        release().catch((err: unknown) => logger.error({ err }, "hold release pass failed")),
+      ]).finally(schedule);
     }, opts.intervalMs ?? 30_000);
   }
 
   return {
     retry,
     release,
+    releaseHold,
     start: schedule,
     async close() {
       stopped = true;
@@ -129,7 +134,8 @@ export function createCaptureRetrier(opts: {
   };
 }
 
-function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
+/** The processor call, or an error once it has not answered within `ms`. */
+export function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`the processor did not answer within ${ms} ms`)), ms);

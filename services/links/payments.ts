@@ -22,7 +22,7 @@ import {
   processorUnavailable,
 } from "../shared/rpc-errors.js";
 import { createAttempts } from "./attempts.js";
-import { captureAndRecord } from "./captures.js";
+import { captureAndRecord, withTimeout } from "./captures.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
 import { newDelivery } from "./deliveries.js";
@@ -37,8 +37,11 @@ export interface Payments {
 }
 
 const CAPTURE_WAIT_MS = 5_000;
-// An open hold this old has no pay waiting on it any more (pay's deadline is
-// 30 s): the capture job may release it.
+// The processor gets this long to authorize (within pay's 30 s deadline); a
+// hold it makes after that is released by the capture job.
+const AUTHORIZE_TIMEOUT_MS = 20_000;
+// An open hold this old has no pay waiting on its authorization any more:
+// the capture job may release it. A pay slower still cannot commit with it.
 export const HOLD_RELEASE_AFTER_MS = 5 * 60_000;
 
 export interface PaymentsDeps {
@@ -94,22 +97,28 @@ export function createPayments(deps: PaymentsDeps): Payments {
         createdAt: openedAt,
         releaseAt: new Date(openedAt.getTime() + HOLD_RELEASE_AFTER_MS),
       });
-      const auth = await processor
-        .authorize({ reference, amount: amount.value, currency: amount.currency, method, card })
-        .catch((err: unknown) => {
-          // The customer may simply try again; a hold the processor made
-          // regardless is released by the capture job.
-          deps.logger.error({ err, linkId: row.id, reference }, "processor failed to authorize");
-          throw processorUnavailable();
-        });
+      const auth = await withTimeout(
+        processor.authorize({ reference, amount: amount.value, currency: amount.currency, method, card }),
+        AUTHORIZE_TIMEOUT_MS,
+      ).catch((err: unknown) => {
+        // The customer may simply try again; a hold the processor made
+        // regardless is released by the capture job.
+        deps.logger.error({ err, linkId: row.id, reference }, "processor failed to authorize");
+        throw processorUnavailable();
+      });
       if (!auth.approved) {
         await store.closeHold(db, reference);
         throw await attempts.failed(row.id, cardDeclined());
       }
       // A hold this attempt does not keep: voided now, or, when the void
-      // fails, left open for the capture job to release.
+      // fails, left open (recorded again, if the capture job had closed it)
+      // for the capture job to release.
       const release = async () => {
-        if (await voidQuietly(processor, auth.authorizationId, deps.logger)) await store.closeHold(db, reference);
+        const voided = await voidQuietly(processor, auth.authorizationId, deps.logger);
+        await (voided
+          ? store.closeHold(db, reference)
+          : store.reopenHold(db, { reference, linkId: row.id, createdAt: openedAt, releaseAt: clock.now() })
+        ).catch((err: unknown) => deps.logger.error({ err, reference }, "could not record what became of a hold"));
       };
 
       const paymentId = newPaymentId();
@@ -132,7 +141,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
           if (!tookLink) return false;
           // The capture job released this hold (the attempt ran past any
           // deadline): the payment must not go through without it.
-          if (!(await store.closeHold(tx, reference))) throw new HoldReleased();
+          if (!(await store.takeHold(tx, reference))) throw new HoldReleased();
           await store.insertPayment(tx, {
             id: paymentId,
             linkId: row.id,

@@ -170,6 +170,12 @@ export const openHolds = pgTable(
     createdAt: at("created_at").notNull(),
     /** When the capture job may release it: well after any pay could still commit, later after a failed release. */
     releaseAt: at("release_at").notNull(),
+    /**
+     * Set, and committed, before the capture job asks the processor to
+     * release it: from then on no payment can commit with this hold,
+     * whatever the processor answers.
+     */
+    releasing: boolean("releasing").notNull().default(false),
   },
   (t) => [index("open_holds_release_at_idx").on(t.releaseAt)],
 );

@@ -198,10 +198,26 @@ export async function openHold(db: Executor, hold: typeof openHolds.$inferInsert
   await db.insert(openHolds).values(hold);
 }
 
-/** Settles a hold (its payment committed, or it was voided); false when it was not open (the capture job released it). */
-export async function closeHold(db: Executor, reference: string): Promise<boolean> {
-  const closed = await db.delete(openHolds).where(eq(openHolds.reference, reference)).returning({ reference: openHolds.reference });
-  return closed.length > 0;
+/** Records a hold again that may have been closed meanwhile (its void failed); a no-op when it is still open. */
+export async function reopenHold(db: Executor, hold: typeof openHolds.$inferInsert): Promise<void> {
+  await db.insert(openHolds).values(hold).onConflictDoNothing();
+}
+
+/**
+ * The payment's claim on its hold, in the payment's transaction; false when
+ * the capture job is releasing it or has released it.
+ */
+export async function takeHold(tx: Executor, reference: string): Promise<boolean> {
+  const taken = await tx
+    .delete(openHolds)
+    .where(and(eq(openHolds.reference, reference), eq(openHolds.releasing, false)))
+    .returning({ reference: openHolds.reference });
+  return taken.length > 0;
+}
+
+/** Forgets a hold that is voided or released. */
+export async function closeHold(db: Executor, reference: string): Promise<void> {
+  await db.delete(openHolds).where(eq(openHolds.reference, reference));
 }
 
 /** Open holds due for release, oldest first. */
@@ -215,19 +231,18 @@ export async function dueHolds(db: Executor, now: Date, limit: number): Promise<
   return rows.map((row) => row.reference);
 }
 
-/** Holds one open hold for this transaction; false when closed meanwhile or held elsewhere. */
-export async function lockHold(db: Executor, reference: string): Promise<boolean> {
-  const rows = await db
-    .select({ reference: openHolds.reference })
-    .from(openHolds)
-    .where(eq(openHolds.reference, reference))
-    .for("update", { skipLocked: true });
-  return rows.length > 0;
-}
-
-/** A release that failed: tried again at `releaseAt`. */
-export async function deferHold(db: Executor, reference: string, releaseAt: Date): Promise<void> {
-  await db.update(openHolds).set({ releaseAt }).where(eq(openHolds.reference, reference));
+/**
+ * Marks a due hold as being released, and puts off its next release until
+ * `retryAt` (so another copy's job does not take it meanwhile); false when
+ * it is not due, or no longer open.
+ */
+export async function markReleasing(db: Executor, reference: string, now: Date, retryAt: Date): Promise<boolean> {
+  const marked = await db
+    .update(openHolds)
+    .set({ releasing: true, releaseAt: retryAt })
+    .where(and(eq(openHolds.reference, reference), lte(openHolds.releaseAt, now)))
+    .returning({ reference: openHolds.reference });
+  return marked.length > 0;
 }
 
 /** The id of the transaction this runs in (assigning one if needed). */
