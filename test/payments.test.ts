@@ -20,13 +20,21 @@ import { createSandboxProcessor, type PaymentProcessor } from "../services/links
 import { deliveries, links, openHolds, outbox, payments } from "../services/links/schema.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { testClock } from "./support/clock.js";
+import { createDatabase } from "./support/database.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
+// A database of its own: the capture job's passes here sweep every payment
+// in it, and must not capture (or count) those of files running beside this one.
 let stack: Stack;
+let database: Awaited<ReturnType<typeof createDatabase>>;
 beforeAll(async () => {
-  stack = await startStack();
+  database = await createDatabase("paylink_payments");
+  stack = await startStack({ databaseUrl: database.url });
 });
-afterAll(() => stack?.close());
+afterAll(async () => {
+  await stack?.close();
+  await database?.drop();
+});
 
 const nextYear = new Date().getUTCFullYear() + 2;
 const goodCard = { number: "4242424242424242", exp_month: 12, exp_year: nextYear, cvc: "123" };
