@@ -50,6 +50,32 @@ const pay = (id: string, body: unknown = { payment_method: "card", card: goodCar
 
 const paymentRows = (linkId: string) => stack.db.select().from(payments).where(eq(payments.linkId, linkId));
 const openHoldRows = (linkId: string) => stack.db.select().from(openHolds).where(eq(openHolds.linkId, linkId));
+/**
+ * A processor whose authorize answers so late that the capture job has taken
+ * the hold for abandoned and released it meanwhile; what the job answered.
+ */
+function answeringLate(
+  sandbox: ReturnType<typeof createSandboxProcessor>,
+  clock: ReturnType<typeof testClock>,
+  job: ReturnType<typeof createCaptureRetrier>,
+) {
+  const late = {
+    reference: "",
+    released: undefined as boolean | undefined,
+    processor: {
+      ...sandbox,
+      authorize: async (req) => {
+        const auth = await sandbox.authorize(req);
+        late.reference = req.reference;
+        clock.advance(HOLD_RELEASE_AFTER_MS);
+        late.released = await job.releaseHold(req.reference);
+        return auth;
+      },
+    } satisfies PaymentProcessor,
+  };
+  return late;
+}
+
 /** The link's one open hold. */
 async function openHoldOf(linkId: string): Promise<string> {
   const rows = await openHoldRows(linkId);
@@ -437,7 +463,6 @@ describe("when the processor or the clock get in the way", () => {
     expect([...sandbox.authorizations.values()]).toEqual(["authorized"]);
     expect(await openHoldRows(id)).toHaveLength(1);
 
-    // One hold at a time (the job's pass would sweep the holds of tests running beside this one).
     const reference = await openHoldOf(id);
     const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
     expect(await job.releaseHold(reference)).toBe(false); // a pay could still be waiting on it
@@ -481,19 +506,9 @@ describe("when the processor or the clock get in the way", () => {
     const clock = testClock(stack.clock.now());
     const sandbox = createSandboxProcessor();
     const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
-    let released: boolean | undefined;
-    // An authorize that answers so late that the job has taken its hold for abandoned.
-    const late: PaymentProcessor = {
-      ...sandbox,
-      authorize: async (req) => {
-        const auth = await sandbox.authorize(req);
-        clock.advance(HOLD_RELEASE_AFTER_MS);
-        released = await job.releaseHold(req.reference);
-        return auth;
-      },
-    };
-    const err = await paymentsWith(late, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
-    expect(released).toBe(true);
+    const late = answeringLate(sandbox, clock, job);
+    const err = await paymentsWith(late.processor, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(late.released).toBe(true);
     expect((err as ConnectError).code).toBe(Code.Unavailable);
     expect(await paymentRows(id)).toHaveLength(0);
     expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
@@ -512,27 +527,16 @@ describe("when the processor or the clock get in the way", () => {
       },
     };
     const job = createCaptureRetrier({ db: stack.db, processor: answerLost, clock, logger: silent });
-    let released: boolean | undefined;
-    let reference = "";
-    const late: PaymentProcessor = {
-      ...sandbox,
-      authorize: async (req) => {
-        const auth = await sandbox.authorize(req);
-        reference = req.reference;
-        clock.advance(HOLD_RELEASE_AFTER_MS);
-        released = await job.releaseHold(reference);
-        return auth;
-      },
-    };
-    const err = await paymentsWith(late, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
-    expect(released).toBe(false);
+    const late = answeringLate(sandbox, clock, job);
+    const err = await paymentsWith(late.processor, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(late.released).toBe(false);
     expect((err as ConnectError).code).toBe(Code.Unavailable);
     expect(await paymentRows(id)).toHaveLength(0);
     expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
     // The pay voided its own hold and forgot it; the job has nothing left to do.
     expect(await openHoldRows(id)).toEqual([]);
     clock.advance(RELEASE_RETRY_MS);
-    expect(await job.releaseHold(reference)).toBe(false);
+    expect(await job.releaseHold(late.reference)).toBe(false);
   });
 
   it("records a hold again when the job released it before the processor made it and the pay's void fails", async () => {
