@@ -8,7 +8,7 @@
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db, Executor } from "./db.js";
-import type { PaymentProcessor } from "./processor.js";
+import { type PaymentProcessor, withTimeout } from "./processor.js";
 import * as store from "./store.js";
 
 // Long enough that the payment path's own capture has had its chance.
@@ -18,8 +18,9 @@ const GRACE_MS = 30_000;
 // processor let lapse) never stand in front of the ones that can.
 const RETRY_FIRST_MS = 30_000;
 const RETRY_MAX_MS = 3_600_000;
-// A capture holds its payment's row lock and a pool connection: one that
-// hangs is given up (and tried again later; capture and release are idempotent).
+// A capture holds its payment's row lock and a pool connection, and a
+// release holds up the passes behind it: one that hangs is given up (and
+// tried again later; capture and release are idempotent).
 const PROCESSOR_TIMEOUT_MS = 15_000;
 // A release that fails is tried again this much later.
 export const RELEASE_RETRY_MS = 5 * 60_000;
@@ -132,13 +133,4 @@ export function createCaptureRetrier(opts: {
       await running;
     },
   };
-}
-
-/** The processor call, or an error once it has not answered within `ms`. */
-export function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the processor did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }

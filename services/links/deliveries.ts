@@ -164,8 +164,11 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     // and gives up on the event only when no other copy is attempting it now
     // (that attempt may yet deliver).
     const current = req.generation === row.generation && row.status === "pending";
-    const anotherAttempting = !holder && row.leaseToken !== null && row.leaseUntil !== null && row.leaseUntil > now;
-    const settled = req.outcome === AttemptOutcome.FAILED && anotherAttempting ? undefined : SETTLED_BY[req.outcome];
+    // (A record without a lease token cannot tell its own lease from another's, and settles as it always did.)
+    const underAnotherLease =
+      req.leaseToken !== "" && !holder && row.leaseToken !== null && row.leaseUntil !== null && row.leaseUntil > now;
+    const givingUpUnderAnotherLease = req.outcome === AttemptOutcome.FAILED && underAnotherLease;
+    const settled = givingUpUnderAnotherLease ? undefined : SETTLED_BY[req.outcome];
     if (current && settled) Object.assign(set, { status: settled, nextAttemptAt: null, reconcileAt: null });
     else if (current && holder && req.outcome === AttemptOutcome.RETRY) {
       const due = new Date(now.getTime() + req.retryInMs);

@@ -22,13 +22,13 @@ import {
   processorUnavailable,
 } from "../shared/rpc-errors.js";
 import { createAttempts } from "./attempts.js";
-import { captureAndRecord, withTimeout } from "./captures.js";
+import { captureAndRecord } from "./captures.js";
 import { cardBrand, validateCard } from "./card.js";
 import type { Db } from "./db.js";
 import { newDelivery } from "./deliveries.js";
 import { enqueue, newEvent } from "./outbox.js";
 import { paymentKeyOf, replayPayment, savePaymentAnswer } from "./payment-keys.js";
-import type { CardInput, PaymentProcessor } from "./processor.js";
+import { type CardInput, type PaymentProcessor, withTimeout } from "./processor.js";
 import { dataFromRow, statusAt } from "./records.js";
 import * as store from "./store.js";
 
@@ -107,13 +107,16 @@ export function createPayments(deps: PaymentsDeps): Payments {
         throw processorUnavailable();
       });
       if (!auth.approved) {
-        await store.closeHold(db, reference);
+        // Nothing is held; a row left behind only costs the job a release.
+        await store
+          .closeHold(db, reference)
+          .catch((err: unknown) => deps.logger.warn({ err, reference }, "could not close the hold of a decline"));
         throw await attempts.failed(row.id, cardDeclined());
       }
       // A hold this attempt does not keep: voided now, or, when the void
       // fails, left open (recorded again, if the capture job had closed it)
       // for the capture job to release.
-      const release = async () => {
+      const dropHold = async () => {
         const voided = await voidQuietly(processor, auth.authorizationId, deps.logger);
         await (voided
           ? store.closeHold(db, reference)
@@ -170,7 +173,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
         // The unique key on payments.link_id is the last line of defence if
         // two attempts ever got past markUsed: this one surely lost.
         if (isUniqueViolation(err)) {
-          await release();
+          await dropHold();
           const earlier = await lostTo(req);
           if (earlier) return earlier;
           throw linkUsed();
@@ -182,14 +185,14 @@ export function createPayments(deps: PaymentsDeps): Payments {
         if (outcome === undefined) {
           deps.logger.error({ paymentId, linkId: row.id, txid }, "payment outcome unknown; hold left for reconciliation");
         }
-        if (outcome === "aborted") await release();
+        if (outcome === "aborted") await dropHold();
         if (err instanceof HoldReleased) throw processorUnavailable();
         if (outcome !== "committed") throw err;
         won = tookLink;
       }
 
       if (!won) {
-        await release();
+        await dropHold();
         // Lost to an earlier try of this very attempt (same key): its answer is ours.
         const earlier = await lostTo(req);
         if (earlier) return earlier;

@@ -47,6 +47,8 @@ const APPROVED_TEST_CARDS = new Set(["4242424242424242", "5555555555554444"]);
 export function createSandboxProcessor() {
   const authorizations = new Map<string, "authorized" | "captured" | "voided">();
   const byReference = new Map<string, string>();
+  // References released before any hold was made under them: a late authorize finds its hold void at once.
+  const released = new Set<string>();
   const settle = (id: string, to: "captured" | "voided") => {
     const state = authorizations.get(id);
     if (state === to) return; // a retry of the same call
@@ -65,7 +67,7 @@ export function createSandboxProcessor() {
       const earlier = byReference.get(req.reference);
       if (earlier) return { approved: true, authorizationId: earlier, transactionId: `txn-${earlier.slice(5)}` };
       const authorizationId = `auth-${randomUUID()}`;
-      authorizations.set(authorizationId, "authorized");
+      authorizations.set(authorizationId, released.has(req.reference) ? "voided" : "authorized");
       byReference.set(req.reference, authorizationId);
       return { approved: true, authorizationId, transactionId: `txn-${authorizationId.slice(5)}` };
     },
@@ -77,9 +79,19 @@ export function createSandboxProcessor() {
     },
     async release(reference: string) {
       const id = byReference.get(reference);
-      if (id && authorizations.get(id) === "authorized") settle(id, "voided");
+      if (!id) released.add(reference);
+      else if (authorizations.get(id) === "authorized") settle(id, "voided");
       // A captured one is a payment: releasing it would be a bug, and says so.
       else if (id && authorizations.get(id) === "captured") throw new Error(`authorization ${id} is captured`);
     },
   } satisfies PaymentProcessor & { authorizations: Map<string, string>; byReference: Map<string, string> };
+}
+
+/** The processor call, or an error once it has not answered within `ms`. */
+export function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the processor did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }
