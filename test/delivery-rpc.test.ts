@@ -121,28 +121,32 @@ describe("the internal DeliveryService", () => {
     );
   });
 
-  it("logs an attempt once when the notifier records it again after losing the answer", async () => {
+  /** A paid link with a webhook on a LinkService of its own clock: its event, and how to read it now. */
+  async function paidEvent(clientId: string) {
     const clock = testClock(new Date());
     const transport = await server({ clock });
     const deliveries = createClient(DeliveryService, transport);
     const links = createClient(LinkService, transport);
-    const as = { headers: { "client-id": "retry-client" } };
+    const as = { headers: { "client-id": clientId } };
     const { link } = await links.createLink(
       {
         type: LinkType.PAYMENT,
-        data: { amount: { value: 500n, currency: "EUR" }, description: "record twice" },
+        data: { amount: { value: 500n, currency: "EUR" }, description: clientId },
         metadata: { webhook: "https://hooks.example/paid" },
       },
       as,
     );
     const paid = await links.completePayment({ linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
-    const [event] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
-    const attempt = { eventId: event!.id, linkId: link!.id, paymentId: paid.paymentId };
     const eventNow = async () => (await links.listLinkEvents({ linkId: link!.id }, as)).events[0]!;
+    const event = await eventNow();
+    return { clock, deliveries, eventId: event.id, attempt: { eventId: event.id, linkId: link!.id, paymentId: paid.paymentId }, eventNow };
+  }
 
+  it("logs an attempt once when the notifier records it again after losing the answer", async () => {
+    const { clock, deliveries, eventId, attempt, eventNow } = await paidEvent("retry-client");
     const first = await deliveries.startAttempt(attempt);
     expect(first.action).toBe(StartAttemptAction.DELIVER);
-    const failed = { eventId: event!.id, leaseToken: first.leaseToken, durationMs: 12, statusCode: 503, outcome: AttemptOutcome.RETRY, retryInMs: 60_000 };
+    const failed = { eventId, leaseToken: first.leaseToken, durationMs: 12, statusCode: 503, outcome: AttemptOutcome.RETRY, retryInMs: 60_000 };
     await deliveries.recordAttempt(failed);
     // The same record again, as the notifier sends it when the first answer was lost.
     await deliveries.recordAttempt(failed);
@@ -158,7 +162,7 @@ describe("the internal DeliveryService", () => {
     clock.advance(60_000);
     const second = await deliveries.startAttempt(attempt);
     expect(second.action).toBe(StartAttemptAction.DELIVER);
-    const delivered = { eventId: event!.id, leaseToken: second.leaseToken, durationMs: 8, statusCode: 200, outcome: AttemptOutcome.DELIVERED };
+    const delivered = { eventId, leaseToken: second.leaseToken, durationMs: 8, statusCode: 200, outcome: AttemptOutcome.DELIVERED };
     await deliveries.recordAttempt(delivered);
     await deliveries.recordAttempt(delivered);
     const settled = await eventNow();
@@ -167,35 +171,19 @@ describe("the internal DeliveryService", () => {
   });
 
   it("keeps an event owed when a copy whose lease lapsed gives up while another copy is attempting it", async () => {
-    const clock = testClock(new Date());
-    const transport = await server({ clock });
-    const deliveries = createClient(DeliveryService, transport);
-    const links = createClient(LinkService, transport);
-    const as = { headers: { "client-id": "lapsed-client" } };
-    const { link } = await links.createLink(
-      {
-        type: LinkType.PAYMENT,
-        data: { amount: { value: 700n, currency: "EUR" }, description: "lapsed lease" },
-        metadata: { webhook: "https://hooks.example/paid" },
-      },
-      as,
-    );
-    const paid = await links.completePayment({ linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
-    const [event] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
-    const attempt = { eventId: event!.id, linkId: link!.id, paymentId: paid.paymentId };
+    const { clock, deliveries, eventId, attempt, eventNow } = await paidEvent("lapsed-client");
     const slow = await deliveries.startAttempt(attempt);
     clock.advance(LEASE_MS + 1);
     const next = await deliveries.startAttempt(attempt);
     expect([slow.action, next.action]).toEqual([StartAttemptAction.DELIVER, StartAttemptAction.DELIVER]);
 
     // The slow copy comes back from its last attempt and gives up: history only.
-    await deliveries.recordAttempt({ eventId: event!.id, leaseToken: slow.leaseToken, error: "timeout", outcome: AttemptOutcome.FAILED });
-    const [meanwhile] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
-    expect(meanwhile!.status).toBe(DeliveryStatus.PENDING);
-    await deliveries.recordAttempt({ eventId: event!.id, leaseToken: next.leaseToken, statusCode: 200, outcome: AttemptOutcome.DELIVERED });
-    const [settled] = (await links.listLinkEvents({ linkId: link!.id }, as)).events;
-    expect(settled!.status).toBe(DeliveryStatus.DELIVERED);
-    expect(settled!.attempts).toHaveLength(2);
+    await deliveries.recordAttempt({ eventId, leaseToken: slow.leaseToken, error: "timeout", outcome: AttemptOutcome.FAILED });
+    expect((await eventNow()).status).toBe(DeliveryStatus.PENDING);
+    await deliveries.recordAttempt({ eventId, leaseToken: next.leaseToken, statusCode: 200, outcome: AttemptOutcome.DELIVERED });
+    const settled = await eventNow();
+    expect(settled.status).toBe(DeliveryStatus.DELIVERED);
+    expect(settled.attempts).toHaveLength(2);
   });
 
   it("is open in a test deployment without INTERNAL_TOKEN, and off in production without one", async () => {
