@@ -75,6 +75,7 @@ describe("gateway and LinkService metrics", () => {
     expect(sample(links, 'paylink_payments_total{outcome="succeeded"}')).toBe(1);
     expect(sample(links, 'paylink_payments_total{outcome="link_used"}')).toBe(1);
     expect(sample(links, "paylink_capture_backlog")).toBe(0);
+    expect(sample(links, "paylink_hold_release_backlog")).toBe(0);
     expect(sample(links, "paylink_outbox_lag_seconds")).toBeGreaterThanOrEqual(0);
     expect(sample(links, 'paylink_nats_connected{connection="relay"}')).toBe(0);
     expect(links).toContain("paylink_process_resident_memory_bytes");

@@ -11,7 +11,7 @@ import { createRegistry, DURATION_BUCKETS, natsConnectedGauge } from "../shared/
 import type { Db } from "./db.js";
 import { oldestUnpublishedAt } from "./outbox.js";
 import type { Payments } from "./payments.js";
-import { uncapturedCount } from "./store.js";
+import { dueHoldCount, uncapturedCount } from "./store.js";
 
 export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Registry }) {
   const registry = opts.registry ?? createRegistry();
@@ -62,6 +62,14 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
     registers,
     async collect() {
       this.set(await uncapturedCount(opts.db));
+    },
+  });
+  new Gauge({
+    name: "paylink_hold_release_backlog",
+    help: "Authorizations no payment committed with whose release is due and not done yet: above 0 for long, releases are failing.",
+    registers,
+    async collect() {
+      this.set(await dueHoldCount(opts.db, opts.clock.now()));
     },
   });
   const natsConnected = natsConnectedGauge(registry, "relay");

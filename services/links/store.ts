@@ -408,6 +408,12 @@ export async function claimUnsettled(db: Executor, before: Date, limit: number):
 }
 
 /** How many payments still owe a capture (the capture backlog). */
+/** Open holds due for release and not released yet: what the capture job owes the processor. */
+export async function dueHoldCount(db: Executor, now: Date): Promise<number> {
+  const [row] = await db.select({ n: sql<number>`count(*)::int` }).from(openHolds).where(lte(openHolds.releaseAt, now));
+  return row?.n ?? 0;
+}
+
 export async function uncapturedCount(db: Executor): Promise<number> {
   const [row] = await db.select({ n: sql<number>`count(*)::int` }).from(payments).where(isNull(payments.capturedAt));
   return row?.n ?? 0;
