@@ -10,6 +10,7 @@
 //   npm run bench                 3 rounds of 10 s per path and target
 //   npm run bench -- --short      1 round of 0.75 s (what CI runs; prints, asserts nothing)
 //   --rounds N  --duration S      override
+//   --connections N               autocannon's connections (32, the targets' setting)
 import { type ChildProcess, fork } from "node:child_process";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
@@ -29,12 +30,19 @@ const { values: opts } = parseArgs({
     short: { type: "boolean", default: false },
     rounds: { type: "string" },
     duration: { type: "string" },
+    connections: { type: "string" },
   },
 });
 const ROUNDS = Number(opts.rounds ?? (opts.short ? 1 : 3));
 const DURATION = Number(opts.duration ?? (opts.short ? 0.75 : 10));
 const WARMUP = opts.short ? 0.5 : 3;
-const CONNECTIONS = 32;
+const CONNECTIONS = Number(opts.connections ?? 32);
+for (const [flag, value] of Object.entries({ rounds: ROUNDS, duration: DURATION, connections: CONNECTIONS })) {
+  if (!(value > 0) || (flag !== "duration" && !Number.isInteger(value))) {
+    console.error(`--${flag} must be a positive ${flag === "duration" ? "number of seconds" : "whole number"}`);
+    process.exit(2);
+  }
+}
 const GET_IDS = 2000;
 
 const CREATE_BODY = JSON.stringify({
@@ -226,7 +234,7 @@ function printSummary(runs: Run[]) {
     const throughput = median(rounds.map((n) => pick(n, "service").rps / pick(n, "baseline").rps));
     const p99 = median(rounds.map((n) => pick(n, "service").p99 / pick(n, "baseline").p99));
     const errors = runs.filter((r) => r.path === path).reduce((sum, r) => sum + r.errors, 0);
-    console.log(`  ${path}: throughput ${throughput.toFixed(2)}×, p99 ${p99.toFixed(2)}× (target: create ≥ 1.5×, get ≥ 1.0×, p99 ≤ 1.5×); non-2xx/errors ${errors}`);
+    console.log(`  ${path}: throughput ${throughput.toFixed(2)}×, p99 ${p99.toFixed(2)}× (target at 32 connections: create ≥ 1.5×, get ≥ 1.0×, p99 ≤ 1.5×); non-2xx/errors ${errors}`);
   }
 }
 
@@ -241,7 +249,8 @@ async function grpcTimings(linksUrl: string) {
   lean.close();
 }
 
-async function grpcTiming(name: string, client: Client<typeof LinkService>) {  const headers = { "client-id": "bench-merchant" };
+async function grpcTiming(name: string, client: Client<typeof LinkService>) {
+  const headers = { "client-id": "bench-merchant" };
   const request = create(CreateLinkRequestSchema, {
     type: LinkType.PAYMENT,
     data: { amount: { value: 2550n, currency: "USD" }, description: "Order #1001" },
