@@ -5,6 +5,7 @@ import { randomUUID } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDatabase } from "./support/database.js";
+import { waitFor } from "./support/nats.js";
 import { startServices } from "./support/processes.js";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 
@@ -177,5 +178,72 @@ describe("the LinkService killed mid-pay", () => {
     } finally {
       await sql.end();
     }
+  });
+});
+
+describe("a hold the LinkService was killed holding", () => {
+  let database: Awaited<ReturnType<typeof createDatabase>>;
+  let services: Awaited<ReturnType<typeof startServices>>;
+  let sql: postgres.Sql;
+  beforeAll(async () => {
+    database = await createDatabase("paylink_killhold");
+    services = await startServices({ databaseUrl: database.url });
+    sql = postgres(database.url, { max: 3, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    await sql?.end();
+    await services?.close();
+    await database?.drop();
+  });
+
+  it("stays recorded through a kill -9 between authorize and commit, and the restarted LinkService releases it; the link stays payable", async () => {
+    const created = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    const holdsOf = () => sql<{ reference: string; releasing: boolean }[]>`select reference, releasing from open_holds where link_id = ${id}`;
+
+    // The test holds the link's row, so the pay's transaction waits on it
+    // after the processor has authorized: the moment a kill leaves a hold
+    // that no payment recorded. (NO KEY UPDATE lets the hold's row, whose
+    // foreign key only shares the link's key, be written meanwhile.)
+    const blocker = await sql.reserve();
+    await blocker`begin`;
+    await blocker`select 1 from links where id = ${id} for no key update`;
+    const paying = pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
+    await waitFor(
+      async () =>
+        (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update "links"%'`)
+          .length === 1,
+      10_000,
+      () => "the pay's transaction never waited on the link",
+    );
+    const [hold, ...others] = await holdsOf();
+    expect(others).toEqual([]);
+    expect(hold!.releasing).toBe(false);
+
+    services.links.signal("SIGKILL");
+    await services.links.exited;
+    const answer = await paying;
+    expect({ status: answer.status, body: answer.text }).toEqual({ status: 503, body: JSON.stringify({ error: "Service unavailable" }) });
+    await blocker`rollback`;
+    blocker.release();
+
+    // Nothing committed: no payment, the link still payable, the hold still on record.
+    expect(await sql`select id from payments where link_id = ${id}`).toEqual([]);
+    expect((await sql<{ status: string }[]>`select status from links where id = ${id}`)[0]!.status).toBe("created");
+    expect((await holdsOf()).map((row) => row.reference)).toEqual([hold!.reference]);
+
+    // Five minutes on, as the capture job reckons: the restarted LinkService's first pass releases it.
+    await sql`update open_holds set release_at = now() where reference = ${hold!.reference}`;
+    await services.startLinks();
+    await waitFor(async () => (await holdsOf()).length === 0, 10_000, () => "the restarted LinkService did not release the hold");
+
+    let paid = await pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
+    for (let i = 0; i < 20 && paid.status === 503; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      paid = await pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
+    }
+    expect(paid.status).toBe(200);
+    expect(await holdsOf()).toEqual([]);
   });
 });

@@ -111,22 +111,27 @@ export function createCaptureRetrier(opts: {
     return released;
   }
 
+  function pass() {
+    // Side by side: a processor that hangs on one kind holds up neither.
+    running = Promise.all([
+      retry().catch((err: unknown) => logger.error({ err }, "capture retry pass failed")),
+      release().catch((err: unknown) => logger.error({ err }, "hold release pass failed")),
+    ]).finally(schedule);
+  }
+
   function schedule() {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      // Side by side: a processor that hangs on one kind holds up neither.
-      running = Promise.all([
-        retry().catch((err: unknown) => logger.error({ err }, "capture retry pass failed")),
-        release().catch((err: unknown) => logger.error({ err }, "hold release pass failed")),
-      ]).finally(schedule);
-    }, opts.intervalMs ?? 30_000);
+    if (!stopped) timer = setTimeout(pass, opts.intervalMs ?? 30_000);
   }
 
   return {
     retry,
     release,
     releaseHold,
-    start: schedule,
+    /**
+     * A pass now, then one every interval: what a crash left owed (a capture,
+     * a hold to release) is done as the process comes back, not an interval later.
+     */
+    start: pass,
     async close() {
       stopped = true;
       clearTimeout(timer);
