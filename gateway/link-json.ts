@@ -59,7 +59,8 @@ const { type, required, additionalProperties } = SHAPE;
 const object = { type, additionalProperties };
 const text = { words: { type }, code: true } as const;
 const ITEM = "/data/items/#";
-const IDEMPOTENCY_KEY = "Idempotency-Key";
+/** Where an Idempotency-Key header given twice is reported, in a request's order of checks. */
+export const IDEMPOTENCY_KEY = "Idempotency-Key";
 
 /** POST /v1/links. Each value rule not named here is the LinkService's. */
 export const CREATE_LINK: RequestRules = {
@@ -91,9 +92,13 @@ export const CREATE_LINK: RequestRules = {
   code: reportCreateLinkRules,
 };
 
-function reportCreateLinkRules(body: unknown, req: FastifyRequest, report: Report): void {
-  // Joined, two keys would make a third that matches neither request.
+/** Two Idempotency-Key headers are refused: joined, they would make a third key that matches neither request. */
+export function reportRepeatedIdempotencyKey(req: FastifyRequest, report: Report): void {
   if (headerCount(req, "idempotency-key") > 1) report(IDEMPOTENCY_KEY, "Idempotency-Key header must be given once");
+}
+
+function reportCreateLinkRules(body: unknown, req: FastifyRequest, report: Report): void {
+  reportRepeatedIdempotencyKey(req, report);
   if (!isObject(body)) return;
   const data = isObject(body.data) ? body.data : {};
   const amount = isObject(data.amount) ? data.amount : {};

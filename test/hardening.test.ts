@@ -166,6 +166,16 @@ describe("REST", () => {
     ]);
     expect(res.status).toBe(400);
     expect(JSON.parse(res.body)).toEqual({ error: "Idempotency-Key header must be given once" });
+
+    // On pay too: the joined key would let a retry with either key pay again.
+    const id = (await api(stack, "POST", "/v1/links", { body: validLink() })).body.id as string;
+    const card = JSON.stringify({ payment_method: "card", card: { number: "4242424242424242", exp_month: 12, exp_year: 2040, cvc: "123" } });
+    const paid = await rawRequest([
+      `POST /link/${id}/pay HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+        `Idempotency-Key: a\r\nIdempotency-Key: a\r\nContent-Length: ${card.length}\r\nConnection: close\r\n\r\n${card}`,
+    ]);
+    expect({ status: paid.status, body: JSON.parse(paid.body) }).toEqual({ status: 400, body: { error: "Idempotency-Key header must be given once" } });
+    expect((await api(stack, "GET", `/v1/links/${id}`)).body.status).toBe("created");
   });
 
   it.each(["gzip", "br", "deflate, identity"])("refuses Content-Encoding: %s with 415", async (encoding) => {

@@ -136,4 +136,31 @@ describe("per link, across LinkService copies", () => {
       await stack.close();
     }
   });
+
+  it("answers a used link 409 and an expired one 410 even once locked, and counts nothing tried on them", async () => {
+    const stack = await startStack();
+    try {
+      const payRest = (id: string, body: unknown) => api(stack, "POST", `/link/${id}/pay`, { clientId: null, body });
+      const newLink = async () => (await api(stack, "POST", "/v1/links", { body: validLink() })).body.id as string;
+
+      // Locked by five declines, then ended by its merchant: 410, not 429.
+      const expired = await newLink();
+      for (let i = 0; i < 5; i++) expect((await payRest(expired, { payment_method: "card", card: card(DECLINED) })).status).toBe(402);
+      expect((await payRest(expired, { payment_method: "bank_transfer" })).status).toBe(429);
+      expect((await api(stack, "POST", `/v1/links/${expired}/expire`)).status).toBe(200);
+      const late = await payRest(expired, { payment_method: "bank_transfer" });
+      expect({ status: late.status, body: late.body }).toEqual({ status: 410, body: { error: "Link has expired" } });
+
+      // Paid, then tried five times with an invalid card: each a 409, and the link never locks.
+      const used = await newLink();
+      expect((await payRest(used, { payment_method: "card", card: card("4242424242424242") })).status).toBe(200);
+      for (let i = 0; i < 6; i++) {
+        const again = await payRest(used, { payment_method: "card", card: card("4242424242424241") });
+        expect({ status: again.status, body: again.body }).toEqual({ status: 409, body: { error: "Link has already been used" } });
+      }
+      expect((await payRest(used, { payment_method: "bank_transfer" })).status).toBe(409);
+    } finally {
+      await stack.close();
+    }
+  });
 });

@@ -72,7 +72,8 @@ const body = (edit: (b: Body) => void) => {
 };
 const createLink = (payload: unknown, headers: Record<string, string> = {}) =>
   app.inject({ method: "POST", url: "/v1/links", headers: { "client-id": "client-a", ...headers }, payload: payload as object });
-const pay = (payload: unknown) => app.inject({ method: "POST", url: "/link/lnk-x/pay", payload: payload as object });
+const pay = (payload: unknown, headers: Record<string, string> = {}) =>
+  app.inject({ method: "POST", url: "/link/lnk-x/pay", payload: payload as object, headers });
 const answer = (res: { statusCode: number; json: () => unknown }) => ({ status: res.statusCode, body: res.json() });
 
 describe("Fastify's Ajv runs the request schemas", () => {
@@ -126,6 +127,9 @@ describe("the first failure in the contract's order answers", () => {
     const twice = { "idempotency-key": ["a", "b"] as unknown as string };
     expect(answer(await createLink([], twice))).toEqual({ status: 400, body: { error: "Invalid JSON data" } });
     expect(answer(await createLink(body((b) => (b.foo = 1)), twice))).toEqual({ status: 400, body: { error: "Idempotency-Key header must be given once" } });
+    // Pay's the same.
+    expect(answer(await pay([], twice))).toEqual({ status: 400, body: { error: "Invalid JSON data" } });
+    expect(answer(await pay({ payment_method: "card", foo: 1 }, twice))).toEqual({ status: 400, body: { error: "Idempotency-Key header must be given once" } });
   });
 
   it("judges the card only for payment_method card, as the LinkService does", async () => {

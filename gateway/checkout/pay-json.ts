@@ -13,7 +13,8 @@ import {
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { methodFromName } from "../../services/shared/names.js";
-import { int32, isObject, unicodeText } from "../link-json.js";
+import type { FastifyRequest } from "fastify";
+import { IDEMPOTENCY_KEY, int32, isObject, reportRepeatedIdempotencyKey, unicodeText } from "../link-json.js";
 import { type Report, type RequestRules, SHAPE, THEIRS } from "../request-rules.js";
 import type { Pay } from "../schemas.js";
 
@@ -30,7 +31,9 @@ const cardField = { words: { required, type }, when: forCard } as const;
 export const PAY: RequestRules = {
   part: "body",
   places: [
-    { at: "", words: { type, additionalProperties } },
+    { at: "", words: { type } },
+    { at: IDEMPOTENCY_KEY, code: true },
+    { at: "", words: { additionalProperties } },
     { at: "/payment_method", words: { required, type, enum: THEIRS }, code: true },
     { at: "/card", code: true },
     { at: "/card", words: { type, additionalProperties }, when: forCard },
@@ -43,7 +46,8 @@ export const PAY: RequestRules = {
   code: reportPayRules,
 };
 
-function reportPayRules(body: unknown, _req: unknown, report: Report): void {
+function reportPayRules(body: unknown, req: FastifyRequest, report: Report): void {
+  reportRepeatedIdempotencyKey(req, report);
   if (!isObject(body)) return;
   unicodeText(report, body.payment_method, "/payment_method");
   if (body.payment_method === "bank_transfer" && body.card !== undefined) report("/card", "card is only accepted with payment_method card");

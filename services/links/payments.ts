@@ -66,10 +66,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
       // 429 from failures that came before it).
       const replay = await replayPayment(db, req);
       if (replay) return replay;
-      await attempts.assertOpen(req.linkId);
-      const card: CardInput | undefined =
-        method === "card" ? await attempts.counting(req.linkId, () => validateCard(req.card, clock)) : undefined;
-
+      // The link's own state answers before the lock against card testing: a
+      // used link is 409 and an expired one 410 whatever failed on it before,
+      // and nothing tried on a link that cannot be paid counts against it.
       const row = await store.findLink(db, req.linkId);
       if (!row) throw linkNotFound();
       const refused = linkStateError(statusAt(row, clock.now()));
@@ -79,6 +78,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
         if (earlier) return earlier;
         throw refused;
       }
+      await attempts.assertOpen(req.linkId);
+      const card: CardInput | undefined =
+        method === "card" ? await attempts.counting(req.linkId, () => validateCard(req.card, clock)) : undefined;
       const data = dataFromRow(row);
       if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
         throw invalid(`payment_method ${method} is not accepted for this link`);
