@@ -80,7 +80,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       const body = JSON.stringify({ error: message });
       socket.end(
         `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-          `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
+          `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nX-Request-Id: ${randomUUID()}\r\n` +
+          `Connection: close\r\n\r\n${body}`,
       );
     },
   });
@@ -131,7 +132,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     req.log.error({ err }, "unexpected error");
     return sendError(reply, INTERNAL);
   });
-  app.setNotFoundHandler((_req, reply) => sendError(reply, { status: 404, message: "Not found" }));
+  // Under /v1 too, where every answer says no-store (rest.ts): one rule for every path nothing serves.
+  app.setNotFoundHandler((_req, reply) => sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" }));
 
   registerOpenApi(app);
   app.register(probes, deps);

@@ -9,6 +9,7 @@ import type { FastifyRequest } from "fastify";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Caller, Clients } from "./clients.js";
 import { httpErrorOf } from "./errors.js";
+import { headerCount, headerValues } from "./routing.js";
 import { forwardTrace } from "./trace.js";
 
 // Marks on the request itself, not WeakSets: see trace.ts for why.
@@ -27,10 +28,21 @@ export function caller(req: FastifyRequest): Caller {
   (req as Marked)[FORWARDED] = true;
   const trace = forwardTrace(req);
   const found: Caller = { clientId: req.headers["client-id"] as string };
-  if (req.headers.authorization !== undefined) found.authorization = req.headers.authorization;
+  const authorization = authorizationOf(req);
+  if (authorization !== undefined) found.authorization = authorization;
   if (trace.traceparent !== undefined) found.traceparent = trace.traceparent;
   if (trace["x-request-id"] !== undefined) found.requestId = trace["x-request-id"];
   return found;
+}
+
+/**
+ * The Authorization header, or all of them joined as Node joins most
+ * repeated headers: Node keeps only the first, and two credentials must not
+ * pass as one. Joined, they are no key the LinkService accepts (401 in
+ * api-key mode; client-id mode ignores the header).
+ */
+function authorizationOf(req: FastifyRequest): string | undefined {
+  return headerCount(req, "authorization") < 2 ? req.headers.authorization : headerValues(req, "authorization").join(", ");
 }
 
 /** The same, as call options: the headers of a call that is not batched. */

@@ -105,7 +105,10 @@ function reportCreateLinkRules(body: unknown, req: FastifyRequest, report: Repor
   unicodeText(report, amount.currency, "/data/amount/currency");
   const currency = currencyOf(typeof amount.currency === "string" ? amount.currency : "");
   const money = (value: unknown, at: string) => {
-    if (typeof value === "number" && minorUnits(value, currency) === undefined) {
+    if (typeof value !== "number") return;
+    // JSON has no infinity, but a number past a double's range parses as one.
+    if (!Number.isFinite(value)) report(at, (path) => `${path} must be a finite number`);
+    else if (minorUnits(value, currency) === undefined) {
       report(at, (path) => `${path} must have at most ${currencyDigits(currency)} decimal places for ${currency}`);
     }
   };

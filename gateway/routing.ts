@@ -33,6 +33,13 @@ export function literalIfUndecodable(url: string): string {
   }
 }
 
+/** Every value the request gives a header, in order (Node keeps one, or joins them). */
+export function headerValues(req: FastifyRequest, name: string): string[] {
+  const values: string[] = [];
+  for (let i = 0; i < req.raw.rawHeaders.length; i += 2) if (req.raw.rawHeaders[i]!.toLowerCase() === name) values.push(req.raw.rawHeaders[i + 1]!);
+  return values;
+}
+
 /** How many times the request names a header (Node joins repeats into one value). */
 export function headerCount(req: FastifyRequest, name: string): number {
   let n = 0;

@@ -3,6 +3,7 @@
 // checks over REST, the same answers over gRPC, revocation on every copy
 // within 30 seconds, and last use recorded to the minute.
 import { execFile } from "node:child_process";
+import http from "node:http";
 import { promisify } from "node:util";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -118,6 +119,19 @@ describe("REST in api-key mode", () => {
     expect(res.status).toBe(401);
     expect(res.body).toEqual({ error: "Invalid API key" });
     expect(res.headers.get("www-authenticate")).toBe("Bearer");
+  });
+
+  it("answers 401 for two Authorization headers, even both the client's key", async () => {
+    // fetch would join them into one line; node:http sends one line per value.
+    const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = http.request(`${stack.gatewayUrl}/v1/links`, { headers: { "client-id": "auth-rest" } }, (answer) => {
+        let body = "";
+        answer.on("data", (chunk) => (body += chunk)).on("end", () => resolve({ status: answer.statusCode!, body }));
+      });
+      req.setHeader("authorization", [`Bearer ${secret}`, `Bearer ${secret}`]);
+      req.on("error", reject).end();
+    });
+    expect({ status: res.status, body: JSON.parse(res.body) }).toEqual({ status: 401, body: { error: "Invalid API key" } });
   });
 
   it("answers 403 for another client's key", async () => {

@@ -72,6 +72,7 @@ describe("REST", () => {
     const res = await rawRequest([head, ..."{\"type\":\"payment\"".split("")], 200);
     expect(res.status).toBe(408);
     expect(JSON.parse(res.body)).toEqual({ error: "Request timeout" });
+    expect(res.head).toContain("\r\ncache-control: no-store\r\n");
     expect(res.ms).toBeLessThan(3500);
   });
 
@@ -121,6 +122,9 @@ describe("REST", () => {
     const paid = await api(stack, "POST", `/link/${link.body.id}/pay`, { clientId: null, body: { payment_method: "bank_transfer" } });
     expect(paid.status).toBe(200);
     expect(paid.headers.get("cache-control")).toBe("no-store");
+    // A /v1 path nothing serves, which never reaches /v1's hooks.
+    const unknown = await api(stack, "GET", "/v1/foo");
+    expect({ status: unknown.status, cacheControl: unknown.headers.get("cache-control") }).toEqual({ status: 404, cacheControl: "no-store" });
   });
 
   it.each([

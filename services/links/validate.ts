@@ -75,8 +75,8 @@ function validateData(data: LinkData): LinkData {
     if (email !== undefined && (length(email) > 254 || !/^[^\s@]+@[^\s@]+$/.test(email))) {
       throw invalid("data.customer.email must be an email address (local@domain) of at most 254 characters");
     }
-    if (phone !== undefined && !/^[0-9 +\-()]{1,32}$/.test(phone)) {
-      throw invalid("data.customer.phone must be 1 to 32 characters of digits, spaces, +, - and parentheses");
+    if (phone !== undefined && !/^[0-9 +\-()]{0,32}$/.test(phone)) {
+      throw invalid("data.customer.phone must be at most 32 characters of digits, spaces, +, - and parentheses");
     }
   }
 
