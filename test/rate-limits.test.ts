@@ -137,6 +137,34 @@ describe("per link, across LinkService copies", () => {
     }
   });
 
+  it("counts an invalid card (its number, its expiry) and a decline, not a malformed or missing card", async () => {
+    const stack = await startStack();
+    try {
+      const links = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+      const link = (await api(stack, "POST", "/v1/links", { body: validLink() })).body;
+      const payWith = (card?: { number: string; expMonth: number; expYear: number; cvc: string }) =>
+        links.completePayment({ linkId: link.id, paymentMethod: PaymentMethod.CARD, card });
+      const good = { number: "4242424242424242", expMonth: 12, expYear: 2099, cvc: "123" };
+      // Six malformed attempts, more than the lock's five: none counts.
+      for (const card of [undefined, { ...good, cvc: "12" }, { ...good, expMonth: 13 }, { ...good, expYear: -1 }, { ...good, cvc: "" }, undefined]) {
+        await expect(payWith(card)).rejects.toMatchObject({ code: Code.InvalidArgument });
+      }
+      // Five that count, each answered with its own refusal; then the link is locked, even for a good card.
+      for (const [card, code] of [
+        [{ ...good, number: "4242424242424241" }, Code.InvalidArgument],
+        [{ ...good, expYear: 2001 }, Code.InvalidArgument],
+        [{ ...good, number: DECLINED }, Code.FailedPrecondition],
+        [{ ...good, number: DECLINED }, Code.FailedPrecondition],
+        [{ ...good, number: "4000000000000010" }, Code.FailedPrecondition],
+      ] as const) {
+        await expect(payWith(card)).rejects.toMatchObject({ code });
+      }
+      await expect(payWith(good)).rejects.toMatchObject({ code: Code.ResourceExhausted });
+    } finally {
+      await stack.close();
+    }
+  });
+
   it("answers a used link 409 and an expired one 410 even once locked, and counts nothing tried on them", async () => {
     const stack = await startStack();
     try {

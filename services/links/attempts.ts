@@ -13,8 +13,8 @@ export const WINDOW_MS = 3_600_000;
 export interface Attempts {
   /** Throws RESOURCE_EXHAUSTED (PAYMENT_ATTEMPTS_EXCEEDED) while the link is locked. */
   assertOpen(linkId: string): Promise<void>;
-  /** Runs an attempt step; a refusal it throws is counted against the link. */
-  counting<T>(linkId: string, step: () => T | Promise<T>): Promise<T>;
+  /** Runs an attempt step; a refusal it throws that `counts` is counted against the link. */
+  counting<T>(linkId: string, step: () => T | Promise<T>, counts: (refusal: unknown) => boolean): Promise<T>;
   /** Counts a refusal against the link and hands it back to be thrown. */
   failed(linkId: string, refusal: Error): Promise<Error>;
 }
@@ -26,11 +26,11 @@ export function createAttempts({ db, clock }: { db: Executor; clock: Clock }): A
       const oldest = await failures.nthRecentFailure(db, linkId, new Date(now.getTime() - WINDOW_MS), MAX_FAILURES);
       if (oldest) throw paymentAttemptsExceeded((oldest.getTime() + WINDOW_MS - now.getTime()) / 1000);
     },
-    async counting(linkId, step) {
+    async counting(linkId, step, counts) {
       try {
         return await step();
       } catch (err) {
-        throw await this.failed(linkId, err as Error);
+        throw counts(err) ? await this.failed(linkId, err as Error) : err;
       }
     },
     async failed(linkId, refusal) {

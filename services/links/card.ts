@@ -27,10 +27,18 @@ export function cardBrand(digits: string): string {
   return "unknown";
 }
 
+// The contract's "invalid card", which the lock against card testing counts
+// (attempts.ts): the number or the expiry refused, what a tester probes. A
+// field that is missing or malformed is bad input, as the gateway's schema
+// finds it over REST, and counts over neither API.
+const CARD_REFUSED = Symbol("paylink.cardRefused");
+const cardRefused = (message: string) => Object.assign(invalid(message), { [CARD_REFUSED]: true });
+export const isCardRefusal = (err: unknown): boolean => typeof err === "object" && err !== null && CARD_REFUSED in err;
+
 export function validateCard(card: Card | undefined, clock: Clock): CardInput {
   if (!card) throw invalid("card is required for payment_method card");
   const number = card.number.replace(/[\s-]/g, "");
-  if (!/^\d{12,19}$/.test(number) || !luhnValid(number)) throw invalid("Invalid card number");
+  if (!/^\d{12,19}$/.test(number) || !luhnValid(number)) throw cardRefused("Invalid card number");
   if (!Number.isInteger(card.expMonth) || card.expMonth < 1 || card.expMonth > 12) {
     throw invalid("card.exp_month must be an integer from 1 to 12");
   }
@@ -42,7 +50,7 @@ export function validateCard(card: Card | undefined, clock: Clock): CardInput {
   const now = clock.now();
   // A card is good through the last day of its expiry month.
   if (year < now.getUTCFullYear() || (year === now.getUTCFullYear() && card.expMonth < now.getUTCMonth() + 1)) {
-    throw invalid("Card has expired");
+    throw cardRefused("Card has expired");
   }
   if (!/^\d{3,4}$/.test(card.cvc)) throw invalid("card.cvc must be 3 or 4 digits");
   if (card.name !== undefined) noNul("card.name", card.name);

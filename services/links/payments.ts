@@ -23,7 +23,7 @@ import {
 } from "../shared/rpc-errors.js";
 import { createAttempts } from "./attempts.js";
 import { captureAndRecord } from "./captures.js";
-import { cardBrand, validateCard } from "./card.js";
+import { cardBrand, isCardRefusal, validateCard } from "./card.js";
 import type { Db } from "./db.js";
 import { newDelivery } from "./deliveries.js";
 import { enqueue, newEvent } from "./outbox.js";
@@ -80,7 +80,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
       }
       await attempts.assertOpen(req.linkId);
       const card: CardInput | undefined =
-        method === "card" ? await attempts.counting(req.linkId, () => validateCard(req.card, clock)) : undefined;
+        method === "card" ? await attempts.counting(req.linkId, () => validateCard(req.card, clock), isCardRefusal) : undefined;
       const data = dataFromRow(row);
       if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
         throw invalid(`payment_method ${method} is not accepted for this link`);
