@@ -6,6 +6,7 @@
 // the gateway.
 import { create } from "@bufbuild/protobuf";
 import type { Static } from "@sinclair/typebox";
+import type { FastifyRequest } from "fastify";
 import {
   type CompletePaymentRequest,
   CompletePaymentRequestSchema,
@@ -13,7 +14,6 @@ import {
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { methodFromName } from "../../services/shared/names.js";
-import type { FastifyRequest } from "fastify";
 import { IDEMPOTENCY_KEY, int32, isObject, reportRepeatedIdempotencyKey, unicodeText } from "../link-json.js";
 import { type Report, type RequestRules, SHAPE, THEIRS } from "../request-rules.js";
 import type { Pay } from "../schemas.js";
