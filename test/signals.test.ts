@@ -242,6 +242,7 @@ describe("SIGTERM under load", () => {
         LINKS_PORT: String(linksPort),
         NOTIFIER_PORT: String(notifierPort),
         CPU_PROF_DIR: profiles,
+        LOG_LEVEL: "info", // the drain's lines, below
       },
       ["node", "dist/services/dev/start.js"],
     );
@@ -259,6 +260,12 @@ describe("SIGTERM under load", () => {
       }
       expect(await start.exited, start.output()).toBe(0);
       expect(start.output()).toContain("[start] stopped");
+      // The LinkService drains last, after the processes that call it: nobody's call is cut, nothing logs an error.
+      const lines = start.output().split("\n").filter((line) => line.startsWith("{")).map((line) => JSON.parse(line) as { name: string; msg: string; level: number });
+      const at = (name: string, msg: string) => lines.findIndex((line) => line.name === name && line.msg === msg);
+      expect(at("links", "draining")).toBeGreaterThan(Math.max(at("gateway", "drained"), at("notifier", "drained")));
+      expect(Math.min(at("gateway", "drained"), at("notifier", "drained"), at("links", "drained"))).toBeGreaterThanOrEqual(0);
+      expect(lines.filter((line) => line.level >= 50)).toEqual([]);
       for (const port of [gatewayPort!, linksPort!, notifierPort!]) expect(await canConnect(port)).toBe(false);
 
       const files = readdirSync(profiles).sort();

@@ -19,10 +19,15 @@ const fromSource = import.meta.url.endsWith(".ts");
 const LOADER = fromSource ? ["--import", "tsx"] : [];
 const entry = (relative: string) =>
   fileURLToPath(new URL(fromSource ? relative : relative.replace(/\.ts$/, ".js"), import.meta.url));
+// Layers, each stopped after the ones started after it: the gateway and the
+// notifier drain while the LinkService they call still answers, then it
+// drains, so a Ctrl-C loses no call in flight between them.
 const SERVICES = [
-  ["links", "../links/main.ts"],
-  ["gateway", "../../gateway/main.ts"],
-  ["notifier", "../notifier/main.ts"],
+  [["links", "../links/main.ts"]],
+  [
+    ["gateway", "../../gateway/main.ts"],
+    ["notifier", "../notifier/main.ts"],
+  ],
 ] as const;
 const log = (line: string) => console.log(`[start] ${line}`);
 // CPU_PROF_DIR=<dir>: each service writes a V8 CPU profile there as it exits
@@ -58,15 +63,17 @@ try {
     supervisor.layer().spawn(binary, args, { quiet: true });
   });
 
-  const services = supervisor.layer();
   // The LinkService and the notifier share a token for the internal
   // DeliveryService; one made for this run when none is given.
   const internalToken = config.internalToken ?? randomBytes(24).toString("base64url");
-  for (const [name, file] of SERVICES) {
-    const child = services.spawn(process.execPath, [...NODE_FLAGS, ...profileFlags(name), ...LOADER, entry(file)], {
-      env: { ...process.env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken },
-    });
-    stopEverythingWhenItDies(name, child);
+  for (const layer of SERVICES) {
+    const services = supervisor.layer();
+    for (const [name, file] of layer) {
+      const child = services.spawn(process.execPath, [...NODE_FLAGS, ...profileFlags(name), ...LOADER, entry(file)], {
+        env: { ...process.env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken },
+      });
+      stopEverythingWhenItDies(name, child);
+    }
   }
 
   await waitForReady(`http://127.0.0.1:${config.gatewayPort}/readyz`);

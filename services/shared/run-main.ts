@@ -44,8 +44,12 @@ export async function runMain(
     stopping = true;
     logger.info({ signal }, "draining");
     const force = setTimeout(() => process.exit(1), 15_000).unref();
-    await running.close().catch((err: unknown) => logger.error({ err }, "drain failed"));
+    const drained = await running.close().then(
+      () => true,
+      (err: unknown) => (logger.error({ err }, "drain failed"), false),
+    );
     clearTimeout(force);
+    if (drained) logger.info("drained");
     process.exit(0);
   };
   process.once("SIGTERM", () => void stop("SIGTERM"));
