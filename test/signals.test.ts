@@ -260,9 +260,12 @@ describe("SIGTERM under load", () => {
       }
       expect(await start.exited, start.output()).toBe(0);
       expect(start.output()).toContain("[start] stopped");
-      // The LinkService drains last, after the processes that call it: nobody's call is cut, nothing logs an error.
+      // The LinkService listens before the processes that call it start, and drains after they have:
+      // nobody's call is refused or cut, nothing logs an error.
       const lines = start.output().split("\n").filter((line) => line.startsWith("{")).map((line) => JSON.parse(line) as { name: string; msg: string; level: number });
       const at = (name: string, msg: string) => lines.findIndex((line) => line.name === name && line.msg === msg);
+      const first = (name: string) => lines.findIndex((line) => line.name === name);
+      expect(at("links", "LinkService listening (Connect, gRPC, gRPC-Web over h2c)")).toBeLessThan(Math.min(first("gateway"), first("notifier")));
       expect(at("links", "draining")).toBeGreaterThan(Math.max(at("gateway", "drained"), at("notifier", "drained")));
       expect(Math.min(at("gateway", "drained"), at("notifier", "drained"), at("links", "drained"))).toBeGreaterThanOrEqual(0);
       expect(lines.filter((line) => line.level >= 50)).toEqual([]);

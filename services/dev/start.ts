@@ -5,6 +5,7 @@
 // the reverse order.
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import net from "node:net";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../shared/config.js";
 import { ensureNats } from "./nats-server.js";
@@ -19,15 +20,13 @@ const fromSource = import.meta.url.endsWith(".ts");
 const LOADER = fromSource ? ["--import", "tsx"] : [];
 const entry = (relative: string) =>
   fileURLToPath(new URL(fromSource ? relative : relative.replace(/\.ts$/, ".js"), import.meta.url));
-// Layers, each stopped after the ones started after it: the gateway and the
-// notifier drain while the LinkService they call still answers, then it
-// drains, so a Ctrl-C loses no call in flight between them.
-const SERVICES = [
-  [["links", "../links/main.ts"]],
-  [
-    ["gateway", "../../gateway/main.ts"],
-    ["notifier", "../notifier/main.ts"],
-  ],
+// Two layers. The gateway and the notifier call the LinkService from their
+// first moment, so they start once it listens; and they drain first on
+// Ctrl-C, while it still answers, so no call in flight between them is cut.
+const LINKS = [["links", "../links/main.ts"]] as const;
+const ITS_CALLERS = [
+  ["gateway", "../../gateway/main.ts"],
+  ["notifier", "../notifier/main.ts"],
 ] as const;
 const log = (line: string) => console.log(`[start] ${line}`);
 // CPU_PROF_DIR=<dir>: each service writes a V8 CPU profile there as it exits
@@ -66,17 +65,19 @@ try {
   // The LinkService and the notifier share a token for the internal
   // DeliveryService; one made for this run when none is given.
   const internalToken = config.internalToken ?? randomBytes(24).toString("base64url");
-  for (const layer of SERVICES) {
-    const services = supervisor.layer();
-    for (const [name, file] of layer) {
-      const child = services.spawn(process.execPath, [...NODE_FLAGS, ...profileFlags(name), ...LOADER, entry(file)], {
+  const startLayer = (services: readonly (readonly [string, string])[]) => {
+    const layer = supervisor.layer();
+    for (const [name, file] of services) {
+      const child = layer.spawn(process.execPath, [...NODE_FLAGS, ...profileFlags(name), ...LOADER, entry(file)], {
         env: { ...process.env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken },
       });
       stopEverythingWhenItDies(name, child);
     }
-  }
-
-  await waitForReady(`http://127.0.0.1:${config.gatewayPort}/readyz`);
+  };
+  startLayer(LINKS);
+  await waitUntil(() => listens(config.linksPort), `the LinkService did not listen on port ${config.linksPort}`);
+  startLayer(ITS_CALLERS);
+  await waitUntil(() => answers(`http://127.0.0.1:${config.gatewayPort}/readyz`), "the gateway did not become ready");
   log("ready");
   log(`  REST API and checkout   ${config.publicBaseUrl}  (checkout links: ${config.checkoutBaseUrl}/link/{id})`);
   log(`  LinkService             http://127.0.0.1:${config.linksPort}  (gRPC, Connect, gRPC-Web over h2c)`);
@@ -109,12 +110,24 @@ function stopEverythingWhenItDies(name: string, child: ChildProcess) {
   });
 }
 
-async function waitForReady(url: string) {
+async function waitUntil(ready: () => Promise<boolean>, failure: string) {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline && !stopping) {
-    const ok = await fetch(url).then((r) => r.ok, () => false);
-    if (ok) return;
+    if (await ready()) return;
     await new Promise((r) => setTimeout(r, 250));
   }
-  throw new Error(`the gateway did not become ready at ${url}`);
+  throw new Error(failure);
+}
+
+function answers(url: string): Promise<boolean> {
+  return fetch(url).then((r) => r.ok, () => false);
+}
+
+/** Whether something accepts connections on the port (the LinkService speaks only HTTP/2). */
+function listens(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, "127.0.0.1");
+    socket.once("connect", () => (socket.destroy(), resolve(true)));
+    socket.once("error", () => resolve(false));
+  });
 }
