@@ -23,15 +23,47 @@ export function limitFor(limit: RateLimit | undefined, keyGenerator?: (req: Fast
 }
 
 /**
- * Per client. With PAYLINK_AUTH=client-id the Client-Id is the client, and
- * nothing else may split its budget. With api-key, a request counts under
- * the Client-Id and the credentials it came with, so that a stranger who
- * knows a merchant's Client-Id cannot spend that merchant's budget with
- * made-up keys (a merchant with two keys has a budget per key).
+ * Per client, as the contract says. With PAYLINK_AUTH=client-id the
+ * Client-Id is the client, and nothing else may split its budget. With
+ * api-key, a stranger who knows a merchant's Client-Id must not spend that
+ * merchant's budget with made-up keys, and the gateway cannot tell a key
+ * from a made-up one before the LinkService answers. So a request counts
+ * under its Client-Id and the key it came with until that key has been
+ * answered with a 2xx for that client in this copy; from then on, under the
+ * client's one budget (the bucket of the first key it proved), which all its
+ * proven keys share. A 401 for a key takes it back out.
  */
-export function clientKey(mode: AuthMode): (req: FastifyRequest) => string {
-  if (mode === "client-id") return (req) => String(req.headers["client-id"]);
-  return (req) => `${req.headers["client-id"]}\n${req.headers.authorization ?? ""}`;
+export function clientLimits(mode: AuthMode) {
+  if (mode === "client-id") return { key: (req: FastifyRequest) => String(req.headers["client-id"]), register: () => {} };
+  // A proven key as sent -> its client's bucket, and a client -> its bucket; least recently used first.
+  const proven = new Map<string, string>();
+  const shared = new Map<string, string>();
+  const remember = (map: Map<string, string>, key: string, value: string) => {
+    map.delete(key); // re-inserted last: Map order is recency
+    map.set(key, value);
+    if (map.size > MAX_KEYS) map.delete(map.keys().next().value!);
+  };
+  const ownBucket = (req: FastifyRequest) => `${req.headers["client-id"]}\n${req.headers.authorization ?? ""}`;
+  return {
+    key(req: FastifyRequest): string {
+      const bucket = proven.get(req.headers.authorization ?? "");
+      return bucket !== undefined && shared.get(String(req.headers["client-id"])) === bucket ? bucket : ownBucket(req);
+    },
+    /** Learns from each /v1 answer which keys are their client's. */
+    register(scope: FastifyInstance): void {
+      scope.addHook("onResponse", async (req, reply) => {
+        const authorization = req.headers.authorization;
+        if (authorization === undefined) return;
+        if (reply.statusCode === 401) proven.delete(authorization);
+        else if (reply.statusCode >= 200 && reply.statusCode < 300) {
+          const clientId = String(req.headers["client-id"]);
+          const bucket = shared.get(clientId) ?? ownBucket(req);
+          remember(shared, clientId, bucket);
+          remember(proven, authorization, bucket);
+        }
+      });
+    },
+  };
 }
 
 /** The most keys a route keeps; the least recently used goes first (a full bucket is as good as none). */

@@ -12,7 +12,7 @@ import { asCaller, caller, hasClientId, markIdentified } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { headerCount, route } from "./routing.js";
 import { ROUTE_SCHEMAS } from "./schemas.js";
-import { clientKey, limitFor } from "./rate-limits.js";
+import { clientLimits, limitFor } from "./rate-limits.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
 import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
@@ -37,7 +37,9 @@ const LIST_LINKS: RequestRules = {
 /** Registered with prefix /v1. */
 export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth, rateLimitClient, metrics }) => {
   const { links } = clients;
-  const limited = limitFor(rateLimitClient, clientKey(auth));
+  const perClient = clientLimits(auth);
+  if (rateLimitClient) perClient.register(v1);
+  const limited = limitFor(rateLimitClient, perClient.key);
 
   // Check 1 of the contract, before the body is read or parsed.
   v1.addHook("onRequest", async (req, reply) => {

@@ -5,6 +5,9 @@ import { Code, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkService, PaymentMethod } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { hashSecret, newSecret } from "../services/links/auth.js";
+import { insertKey } from "../services/links/key-store.js";
+import { newKeyId } from "../services/shared/ids.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
@@ -49,6 +52,28 @@ describe("per client on /v1", () => {
         statuses.push((await api(own, "GET", "/v1/links", { clientId: "rl-one", headers })).status);
       }
       expect(statuses).toEqual([200, 200, 200, 200, 429]);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("with PAYLINK_AUTH=api-key, a client's keys share its budget once each has been answered", async () => {
+    const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
+    try {
+      const newKey = async () => {
+        const secret = newSecret("test");
+        await insertKey(own.db, { id: newKeyId(), clientId: "rl-two-keys", secretHash: hashSecret(secret), last4: secret.slice(-4), createdAt: new Date() });
+        return secret;
+      };
+      const [first, second] = [await newKey(), await newKey()];
+      const get = async (secret: string) =>
+        (await api({ gatewayUrl: own.gatewayUrl }, "GET", "/v1/links", { clientId: "rl-two-keys", headers: { authorization: `Bearer ${secret}` } })).status;
+      // Each key's first answer proves it, and from then on both draw on the client's one bucket of 2 × 2:
+      // the first key's, of which its first request took one (the second key's took one of its own).
+      expect([await get(first!), await get(second!)]).toEqual([200, 200]);
+      const statuses = [];
+      for (let i = 0; i < 5; i++) statuses.push(await get(i % 2 ? second! : first!));
+      expect(statuses).toEqual([200, 200, 200, 429, 429]);
     } finally {
       await own.close();
     }
