@@ -38,11 +38,6 @@ export function clientLimits(mode: AuthMode) {
   // A proven key as sent -> its client's bucket, and a client -> its bucket; least recently used first.
   const proven = new Map<string, string>();
   const shared = new Map<string, string>();
-  const remember = (map: Map<string, string>, key: string, value: string) => {
-    map.delete(key); // re-inserted last: Map order is recency
-    map.set(key, value);
-    if (map.size > MAX_KEYS) map.delete(map.keys().next().value!);
-  };
   const ownBucket = (req: FastifyRequest) => `${req.headers["client-id"]}\n${req.headers.authorization ?? ""}`;
   return {
     key(req: FastifyRequest): string {
@@ -70,6 +65,13 @@ export function clientLimits(mode: AuthMode) {
 const MAX_KEYS = 10_000;
 const BURST = 2;
 
+/** Sets the key as the most recently used, dropping the least recently used past MAX_KEYS (Map order is insertion order). */
+function remember<V>(map: Map<string, V>, key: string, value: V): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > MAX_KEYS) map.delete(map.keys().next().value!);
+}
+
 type Done = (err: Error | null, result: { current: number; ttl: number }) => void;
 
 /**
@@ -84,9 +86,7 @@ class TokenBuckets {
   incr(key: string, done: Done, timeWindow: number, max: number): void {
     const now = Date.now();
     const bucket = this.refilled(key, now, timeWindow, max);
-    this.buckets.delete(key); // re-inserted last: Map order is recency
-    this.buckets.set(key, bucket);
-    if (this.buckets.size > MAX_KEYS) this.buckets.delete(this.buckets.keys().next().value!);
+    remember(this.buckets, key, bucket);
     if (bucket.tokens >= 1) {
       bucket.tokens -= 1;
       return done(null, { current: max - Math.min(max, Math.floor(bucket.tokens)), ttl: this.untilToken(bucket, timeWindow, max) });

@@ -270,6 +270,24 @@ describe("when the processor or the clock get in the way", () => {
       },
     }) as typeof stack.db;
 
+  /**
+   * A pay whose authorize answers only after the capture job's release pass
+   * (answeringLate): it must not go through. 503, no payment, its hold voided.
+   */
+  async function payAnsweringLate(
+    id: string,
+    sandbox: ReturnType<typeof createSandboxProcessor>,
+    clock: ReturnType<typeof testClock>,
+    job: ReturnType<typeof createCaptureRetrier>,
+  ) {
+    const late = answeringLate(sandbox, clock, job);
+    const err = await paymentsWith(late.processor, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect(await paymentRows(id)).toHaveLength(0);
+    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
+    return late;
+  }
+
   it("voids the hold when the link expires while the processor is authorizing", async () => {
     const id = await createLink({ expires_in: 60 });
     const clock = testClock(stack.clock.now());
@@ -506,12 +524,8 @@ describe("when the processor or the clock get in the way", () => {
     const clock = testClock(stack.clock.now());
     const sandbox = createSandboxProcessor();
     const job = createCaptureRetrier({ db: stack.db, processor: sandbox, clock, logger: silent });
-    const late = answeringLate(sandbox, clock, job);
-    const err = await paymentsWith(late.processor, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    const late = await payAnsweringLate(id, sandbox, clock, job);
     expect(late.released).toBe(true);
-    expect((err as ConnectError).code).toBe(Code.Unavailable);
-    expect(await paymentRows(id)).toHaveLength(0);
-    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
     expect((await pay(id)).status).toBe(200);
   });
 
@@ -527,12 +541,8 @@ describe("when the processor or the clock get in the way", () => {
       },
     };
     const job = createCaptureRetrier({ db: stack.db, processor: answerLost, clock, logger: silent });
-    const late = answeringLate(sandbox, clock, job);
-    const err = await paymentsWith(late.processor, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    const late = await payAnsweringLate(id, sandbox, clock, job);
     expect(late.released).toBe(false);
-    expect((err as ConnectError).code).toBe(Code.Unavailable);
-    expect(await paymentRows(id)).toHaveLength(0);
-    expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
     // The pay voided its own hold and forgot it; the job has nothing left to do.
     expect(await openHoldRows(id)).toEqual([]);
     clock.advance(RELEASE_RETRY_MS);
