@@ -248,7 +248,9 @@ describe("SIGTERM under load", () => {
     );
     try {
       try {
-        await waitReady(`http://127.0.0.1:${gatewayPort}/readyz`, 30_000, start);
+        // "ready" once all three are (the notifier consuming): a Ctrl-C then finds each one running.
+        await waitFor(() => start.output().includes("[start] ready"), 30_000, () => start.output().slice(-4000));
+        expect(await fetch(`http://127.0.0.1:${notifierPort}/readyz`).then((r) => r.status)).toBe(200);
         const created = await fetch(`http://127.0.0.1:${gatewayPort}/v1/links`, {
           method: "POST",
           headers: { "content-type": "application/json", "client-id": "signals" },
@@ -267,7 +269,7 @@ describe("SIGTERM under load", () => {
       const first = (name: string) => lines.findIndex((line) => line.name === name);
       expect(at("links", "LinkService listening (Connect, gRPC, gRPC-Web over h2c)")).toBeLessThan(Math.min(first("gateway"), first("notifier")));
       expect(at("links", "draining")).toBeGreaterThan(Math.max(at("gateway", "drained"), at("notifier", "drained")));
-      expect(Math.min(at("gateway", "drained"), at("notifier", "drained"), at("links", "drained"))).toBeGreaterThanOrEqual(0);
+      for (const name of ["gateway", "notifier", "links"]) expect(at(name, "drained"), `${name} drained\n${start.output()}`).toBeGreaterThanOrEqual(0);
       expect(lines.filter((line) => line.level >= 50)).toEqual([]);
       for (const port of [gatewayPort!, linksPort!, notifierPort!]) expect(await canConnect(port)).toBe(false);
 

@@ -78,6 +78,10 @@ try {
   await waitUntil(() => listens(config.linksPort), `the LinkService did not listen on port ${config.linksPort}`);
   startLayer(ITS_CALLERS);
   await waitUntil(() => answers(`http://127.0.0.1:${config.gatewayPort}/readyz`), "the gateway did not become ready");
+  // "ready" means all three: a Ctrl-C after it finds each service running
+  // (and draining), never one still loading its modules, which a signal
+  // would simply kill.
+  await waitUntil(() => answers(`http://127.0.0.1:${config.notifierPort}/readyz`), "the notifier did not become ready");
   log("ready");
   log(`  REST API and checkout   ${config.publicBaseUrl}  (checkout links: ${config.checkoutBaseUrl}/link/{id})`);
   log(`  LinkService             http://127.0.0.1:${config.linksPort}  (gRPC, Connect, gRPC-Web over h2c)`);
