@@ -25,8 +25,16 @@ const card = (number: string) => ({ number, exp_month: 12, exp_year: 2099, cvc: 
 describe("per client on /v1", () => {
   it("admits a burst of twice the rate, then answers 429 with Retry-After", async () => {
     const statuses = [];
-    for (let i = 0; i < 5; i++) statuses.push((await api(stack, "GET", "/v1/links", { clientId: "rl-burst" })).status);
+    const standing = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await api(stack, "GET", "/v1/links", { clientId: "rl-burst" });
+      statuses.push(res.status);
+      standing.push(["limit", "remaining", "reset"].map((name) => res.headers.get(`x-ratelimit-${name}`)).join(" "));
+    }
     expect(statuses).toEqual([200, 200, 200, 200, 429]);
+    // Remaining is shown up to the rate (the burst's extra is not promised); reset is when the next token comes.
+    expect(standing.slice(0, 3)).toEqual(["2 2 0", "2 2 0", "2 1 0"]);
+    expect(standing[3]).toMatch(/^2 0 [12]$/);
     const limited = await api(stack, "GET", "/v1/links", { clientId: "rl-burst" });
     expect(limited.body).toEqual({ error: "Too many requests" });
     expect(Number(limited.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
