@@ -233,11 +233,15 @@ describe("SIGTERM under load", () => {
   it("`npm start` drains its three services on Ctrl-C and exits 0; with CPU_PROF_DIR each leaves a CPU profile", async () => {
     const profiles = mkdtempSync(path.join(tmpdir(), "paylink-prof-"));
     const [gatewayPort, linksPort, notifierPort] = await Promise.all([1, 2, 3].map(() => freePort()));
+    // A database and NATS names of its own: the tests above leave events (a delivery cut by their
+    // SIGKILL comes back after ack_wait) that this notifier would otherwise take up and deliver.
+    const own = await createDatabase("paylink_start");
     const start = spawnRole(
       "gateway",
       {
-        DATABASE_URL: database.url,
+        DATABASE_URL: own.url,
         NATS_URL: nats.url,
+        NATS_PREFIX: "paylink_start",
         GATEWAY_PORT: String(gatewayPort),
         LINKS_PORT: String(linksPort),
         NOTIFIER_PORT: String(notifierPort),
@@ -281,7 +285,9 @@ describe("SIGTERM under load", () => {
       }
     } finally {
       start.signal("SIGKILL");
+      await start.exited;
       rmSync(profiles, { recursive: true, force: true });
+      await own.drop();
     }
   });
 });
