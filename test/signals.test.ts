@@ -4,6 +4,7 @@
 // failed request, exits, and leaves nothing listening; so does `npm start`
 // on Ctrl-C.
 import http from "node:http";
+import net from "node:net";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -137,6 +138,28 @@ describe("SIGTERM under load", () => {
       const { acknowledged, found } = await createdIds(outcomes);
       expect(found).toBe(acknowledged);
     } finally {
+      await services.close();
+    }
+  });
+
+  it("a drain that cannot finish is cut after 15 s with an error line, and the process exits 1", { timeout: 60_000 }, async () => {
+    // A request whose body never arrives keeps the gateway's drain waiting (it finishes
+    // what it accepted, and REQUEST_TIMEOUT is 30 s by default).
+    const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url, gatewayEnv: { LOG_LEVEL: "info" } });
+    const socket = net.connect(services.gatewayPort, "127.0.0.1");
+    try {
+      await new Promise((resolve) => socket.once("connect", resolve));
+      socket.write("POST /v1/links HTTP/1.1\r\nHost: x\r\nClient-Id: drain\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const signalled = Date.now();
+      services.gateway.signal("SIGTERM");
+      expect(await services.gateway.exited).toBe(1);
+      expect(Date.now() - signalled).toBeGreaterThanOrEqual(14_500);
+      const lines = services.gateway.output().split("\n").filter((line) => line.startsWith("{")).map((line) => JSON.parse(line) as { msg: string; level: number });
+      expect(lines.filter((line) => line.level >= 50).map((line) => line.msg)).toEqual(["the drain did not finish within 15 s; exiting"]);
+      expect(lines.some((line) => line.msg === "drained")).toBe(false);
+    } finally {
+      socket.destroy();
       await services.close();
     }
   });

@@ -4,6 +4,8 @@ import { type Config, ConfigError, loadConfig } from "./config.js";
 import { createLogger, type Logger } from "./logger.js";
 import { startTelemetry } from "./telemetry.js";
 
+const DRAIN_LIMIT_MS = 15_000;
+
 export async function runMain(
   name: string,
   start: (config: Config, logger: Logger) => Promise<{ close(): Promise<void> }>,
@@ -43,7 +45,11 @@ export async function runMain(
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, "draining");
-    const force = setTimeout(() => process.exit(1), 15_000).unref();
+    // A drain that hangs must not hold the process, nor pass unseen.
+    const force = setTimeout(() => {
+      logger.error(`the drain did not finish within ${DRAIN_LIMIT_MS / 1000} s; exiting`);
+      process.exit(1);
+    }, DRAIN_LIMIT_MS).unref();
     const drained = await running.close().then(
       () => true,
       (err: unknown) => (logger.error({ err }, "drain failed"), false),
