@@ -16,10 +16,16 @@ export function registerRateLimits(app: FastifyInstance): void {
   });
 }
 
-/** A route's `config.rateLimit`, or nothing when the limit is off. */
-export function limitFor(limit: RateLimit | undefined, keyGenerator?: (req: FastifyRequest) => string) {
+/**
+ * A route's `config.rateLimit`, or nothing when the limit is off. Every route
+ * of one `budget` (and the HEAD route Fastify adds beside a GET) draws on the
+ * same buckets: a client's limit is for all of /v1, not for each route.
+ */
+export function limitFor(budget: string, limit: RateLimit | undefined, keyGenerator?: (req: FastifyRequest) => string) {
   if (!limit) return {};
-  return { config: { rateLimit: { max: limit.max, timeWindow: limit.windowMs, ...(keyGenerator && { keyGenerator }) } } };
+  return {
+    config: { rateLimit: { groupId: budget, max: limit.max, timeWindow: limit.windowMs, ...(keyGenerator && { keyGenerator }) } },
+  };
 }
 
 /**
@@ -61,7 +67,7 @@ export function clientLimits(mode: AuthMode) {
   };
 }
 
-/** The most keys a route keeps; the least recently used goes first (a full bucket is as good as none). */
+/** The most keys a budget keeps; the least recently used goes first (a full bucket is as good as none). */
 const MAX_KEYS = 10_000;
 const BURST = 2;
 
@@ -82,6 +88,7 @@ type Done = (err: Error | null, result: { current: number; ttl: number }) => voi
  */
 class TokenBuckets {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  private readonly budgets = new Map<string, TokenBuckets>();
 
   incr(key: string, done: Done, timeWindow: number, max: number): void {
     const now = Date.now();
@@ -99,8 +106,14 @@ class TokenBuckets {
     done(null, { current: max - Math.min(max, Math.floor(bucket.tokens)), ttl: this.untilToken(bucket, timeWindow, max) });
   }
 
-  child(): TokenBuckets {
-    return new TokenBuckets();
+  /** The plugin asks for a store per route: the routes of one budget (groupId) get the same one. */
+  child(params: object): TokenBuckets {
+    // The plugin passes the route's limit options merged with its own (its types say RouteOptions).
+    const { groupId } = params as { groupId?: string };
+    if (groupId === undefined) return new TokenBuckets();
+    let budget = this.budgets.get(groupId);
+    if (!budget) this.budgets.set(groupId, (budget = new TokenBuckets()));
+    return budget;
   }
 
   private refilled(key: string, now: number, timeWindow: number, max: number) {

@@ -39,7 +39,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
   const { links } = clients;
   const perClient = clientLimits(auth);
   if (rateLimitClient) perClient.register(v1);
-  const limited = limitFor(rateLimitClient, perClient.key);
+  const limited = limitFor("client", rateLimitClient, perClient.key);
 
   // Check 1 of the contract, before the body is read or parsed.
   v1.addHook("onRequest", async (req, reply) => {

@@ -42,6 +42,21 @@ describe("per client on /v1", () => {
     expect((await api(stack, "GET", "/v1/links", { clientId: "rl-other" })).status).toBe(200);
   });
 
+  it("is one budget for all of /v1: every route and method draws on it", async () => {
+    const as = { clientId: "rl-routes" };
+    const created = await api(stack, "POST", "/v1/links", { ...as, body: validLink() });
+    expect(created.status).toBe(201);
+    const id = (created.body as { id: string }).id;
+    const statuses = [
+      (await api(stack, "GET", `/v1/links/${id}`, as)).status,
+      (await api(stack, "HEAD", "/v1/links", as)).status,
+      (await api(stack, "GET", `/v1/links/${id}/events`, as)).status,
+      (await api(stack, "POST", `/v1/links/${id}/expire`, as)).status,
+      (await api(stack, "GET", "/v1/links", as)).status,
+    ];
+    expect(statuses).toEqual([200, 200, 200, 429, 429]);
+  });
+
   it("refills at the rate: once the burst is spent, the rate and no more", async () => {
     const get = async () => (await api(stack, "GET", "/v1/links", { clientId: "rl-refill" })).status;
     const burst = [];

@@ -62,5 +62,5 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
       if (res.replayed) reply.header("idempotent-replayed", "true");
       return reply.send(paymentResultToJson(res));
     },
-  }, { ...limitFor(rateLimitPay), schema: ROUTE_SCHEMAS.pay, attachValidation: true });
+  }, { ...limitFor("pay", rateLimitPay), schema: ROUTE_SCHEMAS.pay, attachValidation: true });
 };
