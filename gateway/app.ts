@@ -3,7 +3,7 @@
 // the same deps. Its only outside dependency is a LinkService client.
 import { randomUUID } from "node:crypto";
 import { STATUS_CODES } from "node:http";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, LogController } from "fastify";
 import { checkout } from "./checkout/routes.js";
 import { badRequest, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { authenticationFirst } from "./caller.js";
@@ -97,10 +97,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   deps.metrics?.register(app);
   endSpans(app);
   // After every onRequest check (Client-Id first), before the body is read:
-  // a compressed body is not JSON we could check.
+  // a compressed body is not JSON we could check. A request with no body
+  // (a GET, the checkout page) has nothing encoded, whatever its header says.
   app.addHook("preParsing", async (req, _reply, payload) => {
     const encoding = req.headers["content-encoding"];
-    if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
+    if (encoding !== undefined && hasBody(req) && encoding.trim().toLowerCase() !== "identity") {
       throw Object.assign(new Error("Content-Encoding must be identity"), { statusCode: 415 });
     }
     return payload;
@@ -143,3 +144,9 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   return app;
 }
 
+
+/** A body is on its way: a Content-Length above 0, or a chunked one. */
+function hasBody(req: FastifyRequest): boolean {
+  const length = req.headers["content-length"];
+  return req.headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
+}

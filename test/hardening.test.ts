@@ -189,6 +189,15 @@ describe("REST", () => {
     expect(pay.status).toBe(415);
   });
 
+  it("minds Content-Encoding only on a body: a GET, the checkout page and a bodiless POST are answered", async () => {
+    const id = (await api(stack, "POST", "/v1/links", { body: validLink() })).body.id as string;
+    const gzip = { "content-encoding": "gzip" };
+    expect((await api(stack, "GET", `/v1/links/${id}`, { headers: gzip })).status).toBe(200);
+    const page = await fetch(`${stack.gatewayUrl}/link/${id}`, { headers: gzip });
+    expect([page.status, page.headers.get("content-type")]).toEqual([200, "text/html; charset=utf-8"]);
+    expect((await api(stack, "POST", `/v1/links/${id}/expire`, { headers: gzip })).status).toBe(200);
+  });
+
   it("takes Content-Encoding: identity", async () => {
     expect((await api(stack, "POST", "/v1/links", { body: validLink(), headers: { "content-encoding": "identity" } })).status).toBe(201);
   });
