@@ -17,8 +17,6 @@ const BY_REASON: Record<string, number> = {
   CARD_DECLINED: 402,
   IDEMPOTENCY_KEY_IN_USE: 409,
   IDEMPOTENCY_KEY_REUSED: 422,
-  PROCESSOR_NOT_CONFIGURED: 503,
-  PROCESSOR_UNAVAILABLE: 503,
   LINK_HAS_NO_WEBHOOK: 409,
 };
 
@@ -76,7 +74,9 @@ export function httpErrorFromRpc(err: ConnectError): HttpError | undefined {
   }
   const status = (reason && BY_REASON[reason]) || BY_CODE[err.code];
   if (status) return { status, message: err.rawMessage };
-  // The LinkService could not be reached or gave up: worth a retry.
+  // The LinkService, or what it depends on (PostgreSQL, the payment processor),
+  // could not be reached or gave up: worth a retry. The contract gives every
+  // such 503 one body; over gRPC, the ErrorInfo reason says which it was.
   if (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded) return UNAVAILABLE;
   return undefined;
 }

@@ -107,7 +107,8 @@ describe("production", () => {
     ]) {
       const res = await api(stack, "POST", `/link/${created.body.id}/pay`, { clientId: null, body });
       expect(res.status).toBe(503);
-      expect(res.body).toEqual({ error: "Payments are not available: no payment processor is configured" });
+      expect(res.body).toEqual({ error: "Service unavailable" });
+      expect(res.headers.get("retry-after")).toBe("1");
     }
     const page = await fetch(`${stack.gatewayUrl}/link/${created.body.id}`);
     expect(page.status).toBe(200);

@@ -620,7 +620,7 @@ describe("when the processor or the clock get in the way", () => {
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("PROCESSOR_UNAVAILABLE");
     expect(httpErrorFromRpc(err as ConnectError)).toEqual({
       status: 503,
-      message: "The payment processor is unavailable; please try again",
+      message: "Service unavailable",
     });
     expect(await paymentRows(id)).toHaveLength(0);
     expect((await pay(id)).status).toBe(200);
