@@ -25,6 +25,7 @@ import {
   type LinkService,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { statusFromError } from "../shared/rpc-status.js";
+import { MAX_TIMER_MS } from "./far-deadlines.js";
 
 // Longer than any call's deadline (the gateway's are 1.8 s).
 const DRAIN_GRACE_MS = 2_000;
@@ -201,8 +202,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
 export type BatchStreams = ReturnType<typeof createBatchStreams>;
 
 const procedureOf = (call: BatchesRequest) => (call.call.case === "createLinks" ? "BatchCreateLinks" : "BatchGetLinks");
-// setTimeout's most: a larger value would fire at once.
-const deadlineOf = (call: BatchesRequest) => Math.min(call.timeoutMs, 2 ** 31 - 1);
+const deadlineOf = (call: BatchesRequest) => Math.min(call.timeoutMs, MAX_TIMER_MS);
 
 function frame(body: Uint8Array): Buffer {
   const framed = Buffer.allocUnsafe(5 + body.length);

@@ -26,6 +26,7 @@ import { BATCHES_PATH, createBatchStreams } from "./batch-stream.js";
 import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
 import { createReflection } from "./reflection.js";
+import { dropFarDeadlines } from "./far-deadlines.js";
 import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
 import { serveMetrics } from "../shared/metrics.js";
 import { startSpan } from "../shared/telemetry.js";
@@ -129,6 +130,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
   }));
   const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
+    dropFarDeadlines(req.headers);
     // The gateway's stream of batches: one long-lived request, served apart
     // from the per-call trace, span and metrics below (its calls carry their
     // own). Anything but plain gRPC goes to connect's handler.

@@ -1,0 +1,24 @@
+// Node fires a timer set past 2^31 - 1 ms (about 24.8 days) after 1 ms, so a
+// client's far deadline (a Go context of 30 days, grpc-timeout 720H) would
+// fail its call at once as DEADLINE_EXCEEDED. A deadline that far away is no
+// deadline for any call here: it comes off the request before any path (the
+// fast path, connect's adapter) reads it, and a stream's calls are capped.
+import type { IncomingHttpHeaders } from "node:http2";
+
+/** setTimeout's longest delay. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+const GRPC_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000001 };
+
+/** Takes a well-formed grpc-timeout or connect-timeout-ms longer than a timer can wait off the headers. */
+export function dropFarDeadlines(headers: IncomingHttpHeaders): void {
+  const grpc = headers["grpc-timeout"];
+  if (typeof grpc === "string") {
+    const parts = /^(\d{1,8})([HMSmun])$/.exec(grpc);
+    if (parts && Number(parts[1]) * GRPC_UNIT_MS[parts[2]!]! > MAX_TIMER_MS) delete headers["grpc-timeout"];
+  }
+  const connect = headers["connect-timeout-ms"];
+  if (typeof connect === "string" && /^\d{1,10}$/.test(connect) && Number(connect) > MAX_TIMER_MS) {
+    delete headers["connect-timeout-ms"];
+  }
+}
