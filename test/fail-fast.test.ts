@@ -4,24 +4,29 @@
 // answers again, creates succeed within 2 s. Against a PostgreSQL of the
 // test's own that it stops, kills and freezes for real.
 import { createClient, Code, ConnectError } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { newSecret } from "../services/links/auth.js";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
 
 const BOUND_MS = 2_000;
 let pg: PrivatePostgres;
 let stack: Stack;
+/** With PAYLINK_AUTH=api-key, where a key not yet cached is looked up in PostgreSQL. */
+let keyed: Stack;
 const paidLater: string[] = [];
 
 beforeAll(async () => {
   pg = await startPrivatePostgres();
   stack = await startStack({ databaseUrl: pg.url });
+  keyed = await startStack({ databaseUrl: pg.url, auth: "api-key" });
 });
 
 afterAll(async () => {
   pg?.thaw();
+  await keyed?.close();
   await stack?.close();
   await pg?.destroy();
 });
@@ -126,6 +131,18 @@ describe("PostgreSQL unavailable", () => {
       expect(err).toBeInstanceOf(ConnectError);
       expect((err as ConnectError).code).toBe(Code.Unavailable);
       expect(performance.now() - started).toBeLessThan(BOUND_MS);
+      // Nor does an API key's lookup, over the fast path (plain gRPC) or connect's adapter (the Connect protocol):
+      // the gate is closed by now (the call above met it), so the refusal is at once, not after a driver's timeout.
+      for (const transport of [
+        createGrpcTransport({ baseUrl: keyed.linksUrl }),
+        createConnectTransport({ baseUrl: keyed.linksUrl, httpVersion: "2" }),
+      ]) {
+        const headers = { "client-id": "client-a", authorization: `Bearer ${newSecret("test")}` };
+        const began = performance.now();
+        const refused = await createClient(LinkService, transport).getLink({ id }, { headers }).catch((e: unknown) => e);
+        expect((refused as ConnectError).code).toBe(Code.Unavailable);
+        expect(performance.now() - began).toBeLessThan(500);
+      }
     } finally {
       pg.thaw();
     }

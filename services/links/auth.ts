@@ -10,6 +10,7 @@ import type { Clock } from "../shared/clock.js";
 import type { AuthMode, PaylinkEnv } from "../shared/config.js";
 import { invalid, unauthorized } from "../shared/rpc-errors.js";
 import type { Executor } from "./db.js";
+import type { DbGate } from "./db-gate.js";
 import * as keys from "./key-store.js";
 import { validateClientId } from "./validate.js";
 
@@ -23,8 +24,12 @@ const SECRET = /^sk_(test|live)_[0-9A-Za-z]{32}$/;
 export const invalidApiKey = () => new ConnectError("Invalid API key", Code.Unauthenticated);
 
 export interface Authenticator {
-  /** The caller's client id; throws InvalidArgument, Unauthenticated or PermissionDenied. */
-  authenticate(clientIdHeader: string | null, authorizationHeader: string | null): Promise<string>;
+  /**
+   * The caller's client id; throws InvalidArgument, Unauthenticated or
+   * PermissionDenied, and gives up on a key's lookup as the DB gate does
+   * (UNAVAILABLE while PostgreSQL does not answer, or at `signal`'s deadline).
+   */
+  authenticate(clientIdHeader: string | null, authorizationHeader: string | null, signal?: AbortSignal): Promise<string>;
   /** Drops a revoked key from this copy's cache at once (other copies within KEY_CACHE_MS). */
   forget(keyId: string): void;
 }
@@ -34,21 +39,23 @@ export interface AuthenticatorDeps {
   clock: Clock;
   mode: AuthMode;
   env: PaylinkEnv;
+  /** Fails a key's lookup fast while PostgreSQL does not answer (the handlers' gate); none: the lookup as is. */
+  gate?: Pick<DbGate, "run">;
 }
 
-export function createAuthenticator({ db, clock, mode, env }: AuthenticatorDeps): Authenticator {
+export function createAuthenticator({ db, clock, mode, env, gate }: AuthenticatorDeps): Authenticator {
   const prefix = secretPrefix(env);
   const cache = new Map<string, { keyId: string; clientId: string; until: number }>();
   const touched = new Map<string, number>();
 
-  async function keyOf(secret: string) {
+  async function keyOf(secret: string, signal: AbortSignal | undefined) {
     const hash = hashSecret(secret);
     const cacheKey = Buffer.from(hash).toString("base64");
     const now = clock.now().getTime();
     const cached = cache.get(cacheKey);
     if (cached && cached.until > now) return cached;
     cache.delete(cacheKey);
-    const row = await keys.findActiveKey(db, hash);
+    const row = await (gate ? gate.run(() => keys.findActiveKey(db, hash), signal) : keys.findActiveKey(db, hash));
     if (!row) return undefined;
     // Insertion order is age order: the oldest entry goes first.
     if (cache.size >= CACHE_MAX) cache.delete(cache.keys().next().value!);
@@ -69,12 +76,12 @@ export function createAuthenticator({ db, clock, mode, env }: AuthenticatorDeps)
   }
 
   return {
-    async authenticate(clientIdHeader, authorizationHeader) {
+    async authenticate(clientIdHeader, authorizationHeader, signal) {
       const clientId = validateClientId(clientIdHeader);
       if (mode === "client-id") return clientId;
       const secret = /^Bearer (\S+)$/i.exec(authorizationHeader ?? "")?.[1];
       if (!secret || !SECRET.test(secret) || !secret.startsWith(prefix)) throw invalidApiKey();
-      const key = await keyOf(secret);
+      const key = await keyOf(secret, signal);
       if (!key) throw invalidApiKey();
       if (key.clientId !== clientId) throw unauthorized();
       recordUse(key.keyId);
@@ -129,7 +136,7 @@ export function requestContextValues(req: { rawHeaders: string[] }): ContextValu
 /** Authenticates every LinkService call but the customer's, once, for all handlers. */
 export function authenticateCallers(auth: Authenticator): Interceptor {
   return (next) => async (req) => {
-    await authenticateCall(auth, req.service, req.method, req.header, req.contextValues);
+    await authenticateCall(auth, req.service, req.method, req.header, req.contextValues, req.signal);
     return next(req);
   };
 }
@@ -144,10 +151,11 @@ export async function authenticateCall(
   method: DescMethod,
   header: Headers,
   values: ContextValues,
+  signal: AbortSignal,
 ): Promise<void> {
   if (service.typeName !== LinkService.typeName || PUBLIC_METHODS.has(method.name)) return;
   if (values.get(repeatedClientIdKey)) throw invalid("Client ID header must be given once");
-  values.set(callerKey, await auth.authenticate(header.get("client-id"), header.get("authorization")));
+  values.set(callerKey, await auth.authenticate(header.get("client-id"), header.get("authorization"), signal));
 }
 
 /** The caller the interceptor authenticated; every handler reads it here. */

@@ -71,10 +71,10 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const onEventsCommitted = opts.onEventsCommitted ?? (() => {});
   const env = opts.env ?? "test";
   const metrics = opts.metrics ?? createLinksMetrics({ db, clock });
-  const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id" });
-  // Every handler gives up at its deadline, and at once while PostgreSQL does not answer.
+  // Every handler, and every API key's lookup, gives up at its deadline, and at once while PostgreSQL does not answer.
   const gate = createDbGate({ probe: opts.probeDb ?? (() => ping(db)), logger });
   gate.start();
+  const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id", gate });
   const service = gated(createLinkService({
     db,
     clock,
@@ -104,7 +104,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     services: [{ service: LinkService, impl: service }],
     // The fast path runs no interceptors: it asks the same authentication.
     contextValues: requestContextValues,
-    beforeHandler: (ctx) => authenticateCall(authenticator, ctx.service, ctx.method, ctx.requestHeader, ctx.values),
+    beforeHandler: (ctx) => authenticateCall(authenticator, ctx.service, ctx.method, ctx.requestHeader, ctx.values, ctx.signal),
     fallback: connectNodeAdapter({
       readMaxBytes: MAX_MESSAGE_BYTES,
       contextValues: requestContextValues,
