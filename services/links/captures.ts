@@ -25,15 +25,25 @@ const PROCESSOR_TIMEOUT_MS = 15_000;
 // A release that fails is tried again this much later.
 export const RELEASE_RETRY_MS = 5 * 60_000;
 
+/**
+ * Takes the held funds and records it. With `timeoutMs`, a processor that
+ * has not answered by then is given up, and its answer, whenever it comes,
+ * records nothing: the job tries that payment again later.
+ */
 export async function captureAndRecord(
   db: Executor,
   processor: PaymentProcessor,
   clock: Clock,
   payment: { id: string; authorizationId: string },
+  timeoutMs?: number,
 ): Promise<void> {
   // Capture is idempotent, so a capture that went through but was not
   // recorded (a crash, a lost connection) is simply done again.
-  await processor.capture(payment.authorizationId);
+  const capture = processor.capture(payment.authorizationId);
+  // Only the processor's answer is raced, never the UPDATE: a late answer
+  // must not record through a transaction already rolled back, whose
+  // connection the pool may have handed to another request's transaction.
+  await (timeoutMs === undefined ? capture : withTimeout(capture, timeoutMs));
   await store.markCaptured(db, payment.id, clock.now());
 }
 
@@ -44,8 +54,11 @@ export function createCaptureRetrier(opts: {
   logger: Logger;
   intervalMs?: number;
   batchSize?: number;
+  /** How long a capture or a release may take; PROCESSOR_TIMEOUT_MS unless a test says. */
+  processorTimeoutMs?: number;
 }) {
   const { db, processor, clock, logger } = opts;
+  const timeoutMs = opts.processorTimeoutMs ?? PROCESSOR_TIMEOUT_MS;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<unknown> | undefined;
   let stopped = false;
@@ -64,7 +77,7 @@ export function createCaptureRetrier(opts: {
         const done = await db.transaction(async (tx) => {
           const payment = await store.lockUncaptured(tx, id);
           if (!payment) return false; // recorded meanwhile, or another copy has it
-          await withTimeout(captureAndRecord(tx, processor, clock, payment), PROCESSOR_TIMEOUT_MS);
+          await captureAndRecord(tx, processor, clock, payment, timeoutMs);
           return true;
         });
         if (done) captured++;
@@ -88,7 +101,7 @@ export function createCaptureRetrier(opts: {
     const now = clock.now();
     if (!(await store.markReleasing(db, reference, now, new Date(now.getTime() + RELEASE_RETRY_MS)))) return false;
     try {
-      await withTimeout(processor.release(reference), PROCESSOR_TIMEOUT_MS);
+      await withTimeout(processor.release(reference), timeoutMs);
     } catch (err) {
       logger.error({ err, reference }, "hold release failed; tried again later");
       return false;

@@ -114,6 +114,22 @@ export async function replacePayload(db: Executor, id: string, event: Event): Pr
   await db.update(outbox).set({ payload: toBinary(EventSchema, event), idsOnly: true }).where(eq(outbox.id, id));
 }
 
+/**
+ * Takes a legacy row that cannot be adopted out of both claims: renamed, so
+ * adoption passes it by, and marked published (if it was not), so the relay
+ * never sends what may hold a webhook address and api_key, nor anything it
+ * cannot read. The outbox's cleanup deletes it with the published rows.
+ */
+export async function setAsideLegacy(db: Executor, id: string, at: Date): Promise<void> {
+  await db
+    .update(outbox)
+    .set({
+      subject: sql`${outbox.subject} || '.undecodable'`,
+      publishedAt: sql`coalesce(${outbox.publishedAt}, ${at.toISOString()}::timestamptz)`,
+    })
+    .where(eq(outbox.id, id));
+}
+
 /** When the oldest unpublished event was written; undefined when none waits. */
 export async function oldestUnpublishedAt(db: Executor): Promise<Date | undefined> {
   const [row] = await db

@@ -18,7 +18,7 @@ import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
 import { newDelivery, republish } from "./deliveries.js";
-import { claimLegacyPaymentEvents, replacePayload } from "./outbox.js";
+import { claimLegacyPaymentEvents, replacePayload, setAsideLegacy } from "./outbox.js";
 import * as store from "./store.js";
 
 export interface ReconcilerOptions {
@@ -73,13 +73,30 @@ export function createReconciler(opts: ReconcilerOptions) {
   }
   const reconcile = () => drain(reconcileBatch);
 
+  /** The payment event a legacy row holds; undefined, logged, when it holds none. */
+  function paymentEventOf(row: { id: string; payload: Uint8Array }) {
+    try {
+      const event = fromBinary(EventSchema, row.payload);
+      if (event.payload.case === "paymentCompleted") return { event, completed: event.payload.value };
+      logger.error({ outboxId: row.id, payload: event.payload.case }, "legacy outbox row holds no payment event; set aside");
+    } catch (err) {
+      logger.error({ err, outboxId: row.id }, "legacy outbox row cannot be decoded; set aside");
+    }
+    return undefined;
+  }
+
   async function adoptLegacyBatch(): Promise<number> {
     return db.transaction(async (tx) => {
       const rows = await claimLegacyPaymentEvents(tx, batchSize);
       for (const row of rows) {
-        const event = fromBinary(EventSchema, row.payload);
-        if (event.payload.case !== "paymentCompleted") continue;
-        const completed = event.payload.value;
+        const decoded = paymentEventOf(row);
+        if (!decoded) {
+          // Every row a batch claims must leave the claim, or a batch full
+          // of them would come back on every pass and the drain never end.
+          await setAsideLegacy(tx, row.id, clock.now());
+          continue;
+        }
+        const { event, completed } = decoded;
         const at = event.occurredAt ? timestampDate(event.occurredAt) : row.createdAt;
         // A row the previous release published is the stream's to deliver,
         // as it was in that release (StartAttempt makes its delivery row if
@@ -101,8 +118,11 @@ export function createReconciler(opts: ReconcilerOptions) {
     if (stopped) return;
     timer = setTimeout(() => {
       // Adopting again on every pass covers rows an earlier release's copy
-      // wrote during a rolling deploy, after this copy started.
+      // wrote during a rolling deploy, after this copy started. Adoption
+      // failing must not stop reconciliation: events the broker lost would
+      // never be published again.
       running = adoptLegacy()
+        .catch((err: unknown) => logger.error({ err }, "adopting earlier payment events failed"))
         .then(reconcile)
         .catch((err: unknown) => logger.error({ err }, "webhook reconciliation failed"))
         .finally(schedule);
