@@ -18,6 +18,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchStreamClient } from "../gateway/batch-stream.js";
 import { createClients } from "../gateway/clients.js";
+import { createBatchStreams } from "../services/links/batch-stream.js";
 import { newLinkId } from "../services/shared/ids.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -143,5 +144,48 @@ it("a LinkService that drains answers the calls it has, ends the stream and stop
     expect((after as ConnectError).code).toBe(Code.Unavailable);
   } finally {
     session.destroy();
+  }
+});
+
+it.each([
+  ["gRPC", (url: string) => createGrpcTransport({ baseUrl: url })],
+  ["the Connect protocol", (url: string) => createConnectTransport({ baseUrl: url, httpVersion: "2" })],
+])("through connect's handler (%s), answers each call when done: a slow one holds no other past its deadline", async (_name, transport) => {
+  // A LinkService whose get of "lnk-slow" waits until the test lets it go.
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const streams = createBatchStreams({
+    links: {
+      batchGetLinks: async (req) => {
+        if (req.items.some((i) => i.request?.id === "lnk-slow")) await held;
+        return { results: req.items.map((i) => ({ result: { case: "response" as const, value: { link: { id: i.request!.id } } } })) };
+      },
+      batchCreateLinks: async () => ({ results: [] }),
+    },
+    readMaxBytes: 1024 * 1024,
+    toRpcError: (err) => ConnectError.from(err),
+  });
+  const server = http2.createServer(connectNodeAdapter({ routes: (router) => router.service(LinkBatchService, streams.impl) }));
+  const sessions: http2.ServerHttp2Session[] = [];
+  server.on("session", (session) => sessions.push(session));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const client = createClient(LinkBatchService, transport(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+    async function* calls() {
+      yield { id: 1, timeoutMs: 5_000, call: getLinks([item("client-a", "lnk-slow")]) };
+      yield { id: 2, timeoutMs: 5_000, call: getLinks([item("client-a", "lnk-fast")]) };
+      yield { id: 3, timeoutMs: 50, call: getLinks([item("client-a", "lnk-slow")]) };
+    }
+    const order: string[] = [];
+    for await (const answer of client.batches(calls())) {
+      order.push(`${answer.id} ${answer.answer.case === "error" ? Code[answer.answer.value.code] : "ok"}`);
+      if (answer.id === 3) release();
+    }
+    expect(order).toEqual(["2 ok", "3 DeadlineExceeded", "1 ok"]);
+  } finally {
+    release();
+    // The client keeps its session open; close() would wait for it.
+    for (const session of sessions) session.destroy();
+    await new Promise((resolve) => server.close(resolve));
   }
 });

@@ -7,7 +7,7 @@
 //
 // The gateway's stream (plain gRPC, protobuf, no compression) is served here
 // straight from the HTTP/2 request; any other client of the method goes
-// through connect's handler (`batchesImpl`), which answers in order.
+// through connect's handler (`impl`), which answers each call when done too.
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
@@ -180,14 +180,46 @@ export function createBatchStreams(options: BatchStreamOptions) {
 
   return {
     serve,
-    /** connect's implementation, for every other protocol and client: calls answered one by one, in order. */
+    /**
+     * connect's implementation, for every other protocol and client: as on
+     * the direct path, each call starts as it is read and is answered when
+     * done, so one slow call never holds another past its deadline.
+     */
     impl: {
       async *batches(calls: AsyncIterable<BatchesRequest>, ctx: HandlerContext) {
-        const iterator = calls[Symbol.asyncIterator]();
+        const answered: BatchesResponse[] = [];
+        let inFlight = 0;
+        let reading = true;
+        let readError: unknown;
+        let wake: (() => void) | undefined;
+        const notify = () => wake?.();
+        void (async () => {
+          try {
+            const iterator = calls[Symbol.asyncIterator]();
+            for (;;) {
+              const next = await Promise.race([iterator.next(), drained]);
+              if (next === DRAINED || next.done) break;
+              const { id } = next.value;
+              inFlight++;
+              // answer() never rejects: a failure is the call's own error answer.
+              void answer(next.value, ctx).then((result) => {
+                inFlight--;
+                answered.push(create(BatchesResponseSchema, { id, answer: result }));
+                notify();
+              });
+            }
+          } catch (err) {
+            readError = err;
+          }
+          reading = false;
+          notify();
+        })();
         for (;;) {
-          const next = await Promise.race([iterator.next(), drained]);
-          if (next === DRAINED || next.done) return;
-          yield { id: next.value.id, answer: await answer(next.value, ctx) };
+          while (answered.length > 0) yield answered.shift()!;
+          if (readError !== undefined) throw readError;
+          if (!reading && inFlight === 0) return;
+          await new Promise<void>((resolve) => (wake = resolve));
+          wake = undefined;
         }
       },
     } satisfies ServiceImpl<typeof LinkBatchService>,
