@@ -2,12 +2,20 @@
 // and the internal DeliveryService's guard: only `Bearer $INTERNAL_TOKEN`
 // passes when one is configured; a test deployment without one leaves it
 // open; production without one refuses it. Real sockets, real Postgres.
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, createHandlerContext } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import type { JetStreamClient, JsMsg, MsgHdrs } from "nats";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
-import { AttemptOutcome, DeliveryService, StartAttemptAction } from "../proto/gen/paylink/internal/v1/delivery_service_pb.js";
+import {
+  AttemptOutcome,
+  DeliveryService,
+  StartAttemptAction,
+  StartAttemptRequestSchema,
+} from "../proto/gen/paylink/internal/v1/delivery_service_pb.js";
+import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import {
   DeliveryStatus,
   LinkService,
@@ -15,18 +23,25 @@ import {
   PaymentMethod,
   PaymentStatus,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
-import { createDb } from "../services/links/db.js";
-import { LEASE_MS } from "../services/links/deliveries.js";
+import { createDb, type Db } from "../services/links/db.js";
+import { createDeliveryService, LEASE_MS } from "../services/links/deliveries.js";
 import { startLinksServer } from "../services/links/server.js";
 import { createSandboxProcessor } from "../services/links/processor.js";
+import { addressPolicy } from "../services/notifier/address-policy.js";
+import { createDeliverer } from "../services/notifier/deliver.js";
+import { createHandler } from "../services/notifier/handle.js";
+import { createMetrics } from "../services/notifier/metrics.js";
+import { DEFAULT_TOPOLOGY } from "../services/shared/jetstream.js";
 import { testClock } from "./support/clock.js";
+import { type Receiver, startReceiver } from "./support/webhooks.js";
 import { inject } from "vitest";
 
 type Server = Awaited<ReturnType<typeof startLinksServer>>;
 const handle = createDb(inject("databaseUrl"));
 const servers: Server[] = [];
+const receivers: Receiver[] = [];
 
-async function server(opts: { internalToken?: string; env?: "test" | "production"; clock?: ReturnType<typeof testClock> }) {
+async function server(opts: { internalToken?: string; env?: "test" | "production"; clock?: ReturnType<typeof testClock>; db?: Db }) {
   const s = await startLinksServer({
     db: handle.db,
     port: 0,
@@ -43,6 +58,7 @@ async function server(opts: { internalToken?: string; env?: "test" | "production
 
 afterAll(async () => {
   for (const s of servers) await s.close();
+  for (const r of receivers) await r.close();
   await handle.close();
 });
 
@@ -122,9 +138,9 @@ describe("the internal DeliveryService", () => {
   });
 
   /** A paid link with a webhook on a LinkService of its own clock: its event, and how to read it now. */
-  async function paidEvent(clientId: string) {
+  async function paidEvent(clientId: string, { webhook = "https://hooks.example/paid", db = handle.db } = {}) {
     const clock = testClock(new Date());
-    const transport = await server({ clock });
+    const transport = await server({ clock, db });
     const deliveries = createClient(DeliveryService, transport);
     const links = createClient(LinkService, transport);
     const as = { headers: { "client-id": clientId } };
@@ -132,14 +148,16 @@ describe("the internal DeliveryService", () => {
       {
         type: LinkType.PAYMENT,
         data: { amount: { value: 500n, currency: "EUR" }, description: clientId },
-        metadata: { webhook: "https://hooks.example/paid" },
+        metadata: { webhook },
       },
       as,
     );
     const paid = await links.completePayment({ linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
     const eventNow = async () => (await links.listLinkEvents({ linkId: link!.id }, as)).events[0]!;
     const event = await eventNow();
-    return { clock, deliveries, eventId: event.id, attempt: { eventId: event.id, linkId: link!.id, paymentId: paid.paymentId }, eventNow };
+    const redeliver = () => links.redeliverEvent({ linkId: link!.id, eventId: event.id }, as);
+    const attempt = { eventId: event.id, linkId: link!.id, paymentId: paid.paymentId };
+    return { clock, deliveries, eventId: event.id, attempt, transactionId: paid.transactionId, eventNow, redeliver };
   }
 
   it("logs an attempt once when the notifier records it again after losing the answer", async () => {
@@ -184,6 +202,152 @@ describe("the internal DeliveryService", () => {
     const settled = await eventNow();
     expect(settled.status).toBe(DeliveryStatus.DELIVERED);
     expect(settled.attempts).toHaveLength(2);
+  });
+
+  it("places each attempt by the attempts made: a StartAttempt whose answer was lost costs no place in the schedule", async () => {
+    const receiver = await startReceiver(() => 503);
+    receivers.push(receiver);
+    const { clock, deliveries, attempt, transactionId, eventNow, redeliver } = await paidEvent("lost-answer-client", { webhook: receiver.url });
+    // The claim commits but its answer never reaches the notifier (a missed
+    // deadline, a LinkService killed before answering); its lease holds the
+    // event as before, and lapses.
+    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.DELIVER);
+    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.WAIT);
+    clock.advance(LEASE_MS);
+
+    const schedule = [1000, 2000];
+    const deadLetters: MsgHdrs[] = [];
+    const js = {
+      publish: async (_subject: string, _data: Uint8Array, opts: { headers: MsgHdrs }) => {
+        deadLetters.push(opts.headers);
+        return {};
+      },
+    } as unknown as JetStreamClient;
+    const handler = createHandler({
+      js,
+      deliverer: createDeliverer({ policy: addressPolicy("test") }),
+      deliveries,
+      topology: DEFAULT_TOPOLOGY,
+      retrySchedule: schedule,
+      metrics: createMetrics(),
+      logger: pino({ level: "silent" }),
+      random: () => 0.5,
+    });
+    const data = toBinary(
+      EventSchema,
+      create(EventSchema, {
+        id: attempt.eventId,
+        linkId: attempt.linkId,
+        clientId: "lost-answer-client",
+        payload: { case: "paymentCompleted", value: { paymentId: attempt.paymentId, transactionId } },
+      }),
+    );
+    // The copy JetStream hands back after each nak, once its delay has passed on the LinkService's clock.
+    const naks: number[] = [];
+    for (let copy = 1; copy <= 10; copy++) {
+      const seen = { acked: false, nakDelay: 0 };
+      const msg = {
+        data,
+        subject: "paylink.events.payment.completed",
+        seq: copy,
+        info: { deliveryCount: copy },
+        ack: () => (seen.acked = true),
+        nak: (delay = 0) => (seen.nakDelay = delay),
+        working: () => {},
+      } as unknown as JsMsg;
+      await handler(msg);
+      if (seen.acked) break;
+      naks.push(seen.nakDelay);
+      clock.advance(seen.nakDelay);
+    }
+    expect(receiver.requests).toHaveLength(schedule.length + 1);
+    expect(naks).toEqual(schedule);
+    expect(deadLetters.map((h) => h.get("Paylink-Attempts"))).toEqual(["3"]);
+    const failed = await eventNow();
+    expect(failed.status).toBe(DeliveryStatus.FAILED);
+    expect(failed.attempts.map((a) => [a.number, a.statusCode])).toEqual([
+      [1, 503],
+      [2, 503],
+      [3, 503],
+    ]);
+
+    // A redelivery's schedule starts at its first place: the older generation's attempts are history.
+    await redeliver();
+    const again = await deliveries.startAttempt({ ...attempt, generation: 1 });
+    expect(again).toMatchObject({ action: StartAttemptAction.DELIVER, attempt: 1 });
+  });
+
+  /**
+   * The database, with the next transaction's COMMIT held until `commit()`:
+   * a claim that commits after its caller has gone, as when db-gate fails a
+   * call at its deadline and the transaction commits after.
+   */
+  function heldCommit() {
+    let written!: () => void;
+    let commit!: () => void;
+    const claimWritten = new Promise<void>((resolve) => (written = resolve));
+    const committing = new Promise<void>((resolve) => (commit = resolve));
+    let armed = false;
+    const db = new Proxy(handle.db, {
+      get(target, name, receiver) {
+        if (name !== "transaction" || !armed) return Reflect.get(target, name, receiver);
+        armed = false;
+        return (fn: (tx: unknown) => Promise<unknown>) =>
+          target.transaction(async (tx) => {
+            const out = await fn(tx);
+            written();
+            await committing;
+            return out;
+          });
+      },
+    });
+    return { db, arm: () => (armed = true), claimWritten, commit };
+  }
+
+  it("frees the lease at once when its caller gave up before the claim committed", async () => {
+    const held = heldCommit();
+    const { clock, attempt } = await paidEvent("gave-up-client", { db: held.db });
+    const service = createDeliveryService({ db: held.db, clock });
+    const context = () =>
+      createHandlerContext({
+        service: DeliveryService,
+        method: DeliveryService.method.startAttempt,
+        protocolName: "grpc",
+        requestMethod: "POST",
+        url: "/paylink.internal.v1.DeliveryService/StartAttempt",
+      });
+    const request = create(StartAttemptRequestSchema, attempt);
+
+    const gaveUp = context();
+    held.arm();
+    const lost = Promise.resolve(service.startAttempt(request, gaveUp));
+    await held.claimWritten;
+    gaveUp.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
+    held.commit();
+    await expectCode(lost, Code.DeadlineExceeded);
+
+    // No lease to wait out, and the attempt no one made took no place in the schedule.
+    expect(await service.startAttempt(request, context())).toMatchObject({ action: StartAttemptAction.DELIVER, attempt: 1 });
+    // The next copy's lease holds as ever.
+    expect(await service.startAttempt(request, context())).toMatchObject({ action: StartAttemptAction.WAIT });
+  });
+
+  it("frees the lease of a StartAttempt that missed its deadline over the wire", async () => {
+    const held = heldCommit();
+    const { deliveries, attempt } = await paidEvent("deadline-client", { db: held.db });
+    held.arm();
+    const lost = deliveries.startAttempt(attempt, { timeoutMs: 100 });
+    await held.claimWritten;
+    await expectCode(lost, Code.DeadlineExceeded);
+    // The LinkService's own deadline for the call, which starts when the call arrives, has passed too.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    held.commit();
+    let next = await deliveries.startAttempt(attempt);
+    for (let tries = 0; next.action === StartAttemptAction.WAIT && tries < 20; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      next = await deliveries.startAttempt(attempt);
+    }
+    expect(next).toMatchObject({ action: StartAttemptAction.DELIVER, attempt: 1 });
   });
 
   it("is open in a test deployment without INTERNAL_TOKEN, and off in production without one", async () => {

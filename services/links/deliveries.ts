@@ -27,7 +27,12 @@ import type { deliveries } from "./schema.js";
 import * as store from "./store.js";
 import type { DeliveryRow } from "./store.js";
 
-/** How long a claimed attempt holds the event: the 10 s attempt, recording it, and slack. */
+/**
+ * How long a claimed attempt holds the event: the 10 s attempt, up to 20 s
+ * recording it, and slack. Only a claim whose answer is lost without a trace
+ * (a LinkService killed before answering) waits it out: one whose caller
+ * gave up before the answer is freed at once (startAttempt below).
+ */
 export const LEASE_MS = 60_000;
 /** A copy may come this much before its due time (clocks, timers) and still be the scheduled one. */
 const EARLY_MS = 1_000;
@@ -73,6 +78,11 @@ export async function republish(tx: Executor, row: DeliveryRow, now: Date, set: 
   const updated = await store.updateDelivery(tx, row.eventId, { nextAttemptAt: now, ...set });
   await enqueue(tx, [deliveryEvent(updated)], now, { copy: true });
   return updated;
+}
+
+function abandoned(signal: AbortSignal): ConnectError {
+  if (signal.reason instanceof ConnectError) return signal.reason;
+  return new ConnectError("the caller gave up before the answer", Code.Canceled);
 }
 
 const skip = (reason: string) => create(StartAttemptResponseSchema, { action: StartAttemptAction.SKIP, reason });
@@ -123,9 +133,13 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       await store.updateDelivery(tx, row.eventId, { status: "no_webhook", nextAttemptAt: null, reconcileAt: null });
       return skip("the link has no webhook");
     }
+    // The place in the schedule is the attempts this generation's log holds,
+    // not the claims (`started`): a claim whose answer was lost sent nothing,
+    // and must not spend a delay or bring the dead letter nearer.
+    const made = (await store.attemptsOf(tx, [row.eventId])).filter((a) => a.generation === row.generation).length;
     const leaseToken = randomUUID();
     const leaseUntil = new Date(now.getTime() + LEASE_MS);
-    const claimed = await store.updateDelivery(tx, row.eventId, {
+    await store.updateDelivery(tx, row.eventId, {
       started: row.started + 1,
       leaseToken,
       leaseUntil,
@@ -136,9 +150,17 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       webhookUrl,
       apiKey: link.metadata.api_key ?? "",
       transactionId: row.transactionId,
-      attempt: claimed.started,
+      attempt: made + 1,
       leaseToken,
     });
+  }
+
+  /** Frees a lease no attempt runs under, unless it has lapsed and another copy holds the event now. */
+  async function release(tx: Executor, eventId: string, leaseToken: string): Promise<void> {
+    const row = await store.lockDelivery(tx, eventId);
+    if (row?.leaseToken !== leaseToken) return;
+    const reconcileAt = row.status === "pending" ? clock.now() : row.reconcileAt;
+    await store.updateDelivery(tx, eventId, { leaseToken: null, leaseUntil: null, reconcileAt });
   }
 
   async function record(tx: Executor, req: RecordAttemptRequest): Promise<void> {
@@ -178,7 +200,18 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
   }
 
   return {
-    startAttempt: (req) => db.transaction((tx) => start(tx, req)),
+    async startAttempt(req, ctx) {
+      const answer = await db.transaction((tx) => start(tx, req));
+      // The caller gave up (its deadline, a dropped connection) while the
+      // claim committed: it gets an error, never this lease, so no attempt runs under it, and the next copy need not
+      // wait the lease out. A claim answered before the signal aborts keeps
+      // its lease: its answer may still arrive.
+      if (answer.action === StartAttemptAction.DELIVER && ctx.signal.aborted) {
+        await db.transaction((tx) => release(tx, req.eventId, answer.leaseToken));
+        throw abandoned(ctx.signal);
+      }
+      return answer;
+    },
     async recordAttempt(req) {
       await db.transaction((tx) => record(tx, req));
       return {};

@@ -132,7 +132,7 @@ export const deliveries = pgTable(
     status: deliveryStatus("status").notNull(),
     /** Bumped by each redelivery; copies of an older schedule are dropped. */
     generation: integer("generation").notNull().default(0),
-    /** Attempts claimed in this generation: the place in the retry schedule. */
+    /** Leases handed out in this generation; the place in the retry schedule is the attempts logged (deliveries.ts). */
     started: integer("started").notNull().default(0),
     /** While pending: when the next attempt is due. */
     nextAttemptAt: at("next_attempt_at"),
