@@ -117,14 +117,13 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
   req.on("end", () => scope.runInAsyncScope(() => {
     if (answered) return;
     const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-    if (body.length < 5 || body[0] !== 0 || body.readUInt32BE(1) !== body.length - 5) {
-      return finish(new ConnectError("the request must hold one uncompressed gRPC message", Code.InvalidArgument));
-    }
+    const framing = framingError(body);
+    if (framing) return finish(framing);
     let input;
     try {
       input = fromBinary(route.method.input, body.subarray(5));
     } catch (err) {
-      return finish(new ConnectError(`the request cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
+      return finish(new ConnectError(`the request cannot be decoded: ${(err as Error).message}`, Code.Internal));
     }
     const ctx = handlerContext(route, req, abort.signal, deadline.timeoutMs, options.contextValues(req));
     Promise.resolve()
@@ -174,4 +173,23 @@ function handlerContext(
     responseTrailer: new Headers(),
     values,
   } as HandlerContext;
+}
+
+/**
+ * What is wrong with a unary request's frames, in the codes connect's adapter
+ * gives the same request on the other path (and grpc-go gives too): a message
+ * missing or one too many is UNIMPLEMENTED, a message cut short
+ * INVALID_ARGUMENT, a compressed one without grpc-encoding INTERNAL, as is a
+ * message that does not decode (above).
+ */
+function framingError(body: Buffer): ConnectError | undefined {
+  if (body.length === 0) return new ConnectError("protocol error: missing message for unary method", Code.Unimplemented);
+  if (body.length < 5 || body.readUInt32BE(1) > body.length - 5) {
+    return new ConnectError("protocol error: the message is cut short", Code.InvalidArgument);
+  }
+  if (body.readUInt32BE(1) < body.length - 5) {
+    return new ConnectError("protocol error: more than one message for unary method", Code.Unimplemented);
+  }
+  if (body[0] !== 0) return new ConnectError("protocol error: compressed message without grpc-encoding", Code.Internal);
+  return undefined;
 }

@@ -24,7 +24,9 @@ export const file_paylink_v1_link_service: GenFile = /*@__PURE__*/
  */
 export type Amount = Message<"paylink.v1.Amount"> & {
   /**
-   * Minor units; greater than 0.
+   * Minor units; greater than 0 and at most 1,000,000,000 in major units
+   * (100,000,000,000 for USD, 1,000,000,000 for JPY). Past that, the message
+   * gives the limit in major units, as REST takes amounts.
    *
    * @generated from field: int64 value = 1;
    */
@@ -273,9 +275,11 @@ export type CreateLinkRequest = Message<"paylink.v1.CreateLinkRequest"> & {
   idempotencyKey?: string | undefined;
 
   /**
-   * Checks the request as CreateLink would, idempotency_key included, and
-   * creates nothing (AIP-163): the same error when it would be refused, else
-   * a response without a link. The REST gateway asks this when its route
+   * Checks the request's values as CreateLink would, the idempotency_key's
+   * form included, and creates nothing (AIP-163): the same INVALID_ARGUMENT
+   * when a value would be refused, else a response without a link. Whether
+   * the key was used before (IDEMPOTENCY_KEY_REUSED, IDEMPOTENCY_KEY_IN_USE)
+   * is known only when the link is created. The REST gateway asks this when its route
    * schema refuses a body on a rule the LinkService owns, so the answer is
    * the LinkService's message and a disagreement creates no link.
    *
@@ -1335,8 +1339,14 @@ export const DeliveryStatusSchema: GenEnum<DeliveryStatus> = /*@__PURE__*/
  * google.rpc.ErrorInfo (domain "paylink") whose reason says what happened:
  * FAILED_PRECONDITION with LINK_USED, LINK_EXPIRED, CARD_DECLINED,
  * IDEMPOTENCY_KEY_REUSED or LINK_HAS_NO_WEBHOOK; ABORTED with
- * IDEMPOTENCY_KEY_IN_USE; UNAVAILABLE with PROCESSOR_NOT_CONFIGURED or
- * PROCESSOR_UNAVAILABLE.
+ * IDEMPOTENCY_KEY_IN_USE; RESOURCE_EXHAUSTED with PAYMENT_ATTEMPTS_EXCEEDED
+ * (metadata retry_after_seconds) while a link is locked after 5 failed
+ * payments within an hour; UNAVAILABLE with PROCESSOR_NOT_CONFIGURED or
+ * PROCESSOR_UNAVAILABLE. Without an ErrorInfo: UNAVAILABLE while PostgreSQL
+ * does not answer, and DEADLINE_EXCEEDED once the call's deadline has passed
+ * (a deadline more than 24.8 days away counts as none). UNAVAILABLE and
+ * DEADLINE_EXCEEDED are worth a retry; a CreateLink retried with the same
+ * idempotency_key then answers with what happened.
  *
  * @generated from service paylink.v1.LinkService
  */
@@ -1403,12 +1413,13 @@ export const LinkService: GenService<{
     output: typeof CompletePaymentResponseSchema;
   },
   /**
-   * Batch methods (AIP-231) for callers that speak for many merchants at once,
-   * such as the REST gateway: it sends the requests that queued while its
-   * previous call was in flight as one call. Each item names its own caller
+   * Batch methods, named as AIP-231's, for callers that speak for many
+   * merchants at once, such as the REST gateway: it sends the requests that
+   * queued while its previous call was in flight as one call. Each item names its own caller
    * (as the client-id header would) and gets its own result: the response
    * its single call would have had, or that call's error. One item's
-   * failure never fails the others. Results come in the order of the items.
+   * failure never fails the others (unlike AIP-231's all-or-nothing batch
+   * get). Results come in the order of the items.
    * The call itself needs no client-id: each item is authenticated as its
    * own call would be.
    *

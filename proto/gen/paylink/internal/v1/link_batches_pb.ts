@@ -29,7 +29,7 @@ export type BatchesRequest = Message<"paylink.internal.v1.BatchesRequest"> & {
 
   /**
    * How long the caller waits for the answer, as a unary call's grpc-timeout;
-   * past it the call is answered DEADLINE_EXCEEDED.
+   * past it the call is answered DEADLINE_EXCEEDED. 0: no deadline.
    *
    * @generated from field: uint32 timeout_ms = 2;
    */
