@@ -19,11 +19,11 @@ afterAll(async () => {
   await stack?.close();
 });
 
-async function grpcStatus(headers: Record<string, string>, body: Buffer): Promise<string | undefined> {
+async function grpcStatus(headers: Record<string, string>, body: Buffer, path = "/paylink.v1.LinkService/GetLink"): Promise<string | undefined> {
   const merchant = await stack.merchantHeaders("client-a");
   const req = session.request({
     ":method": "POST",
-    ":path": "/paylink.v1.LinkService/GetLink",
+    ":path": path,
     "content-type": "application/grpc",
     te: "trailers",
     ...merchant,
@@ -65,4 +65,11 @@ it.each(cases)("answers %s alike on both paths", async (_name, plain, gzipped) =
 
 it("answers a compressed message without grpc-encoding INTERNAL, as grpc-go does", async () => {
   expect(await grpcStatus({}, frame(gzipSync(valid()), 1))).toBe("13");
+});
+
+it("ends the gateway's stream of batches as connect's adapter does on a message that does not decode", async () => {
+  const path = "/paylink.internal.v1.LinkBatchService/Batches";
+  const direct = await grpcStatus({}, frame(garbage), path);
+  const adapter = await grpcStatus({ "grpc-encoding": "gzip", "grpc-accept-encoding": "gzip" }, frame(gzipSync(garbage), 1), path);
+  expect([direct, adapter]).toEqual(["13", "13"]);
 });

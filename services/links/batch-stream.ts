@@ -150,7 +150,8 @@ export function createBatchStreams(options: BatchStreamOptions) {
       if (ended) return;
       let data = buffered ? Buffer.concat([buffered, chunk]) : chunk;
       while (data.length >= 5) {
-        if (data[0] !== 0) return end(new ConnectError("messages must not be compressed", Code.InvalidArgument));
+        // The codes connect's handler gives on the other path (and grpc-go too).
+        if (data[0] !== 0) return end(new ConnectError("protocol error: compressed message without grpc-encoding", Code.Internal));
         const size = data.readUInt32BE(1);
         if (size > options.readMaxBytes) {
           return end(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
@@ -160,7 +161,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
         try {
           call = fromBinary(BatchesRequestSchema, data.subarray(5, 5 + size));
         } catch (err) {
-          return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
+          return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.Internal));
         }
         data = data.subarray(5 + size);
         dispatch(call);
