@@ -203,9 +203,10 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     async startAttempt(req, ctx) {
       const answer = await db.transaction((tx) => start(tx, req));
       // The caller gave up (its deadline, a dropped connection) while the
-      // claim committed: it gets an error, never this lease, so no attempt runs under it, and the next copy need not
-      // wait the lease out. A claim answered before the signal aborts keeps
-      // its lease: its answer may still arrive.
+      // claim committed: it gets an error, never this lease, so no attempt
+      // runs under it, and the next copy need not wait the lease out. A claim
+      // answered before the signal aborts keeps its lease: its answer may
+      // still arrive.
       if (answer.action === StartAttemptAction.DELIVER && ctx.signal.aborted) {
         await db.transaction((tx) => release(tx, req.eventId, answer.leaseToken));
         throw abandoned(ctx.signal);
