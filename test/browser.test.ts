@@ -227,3 +227,68 @@ it("retries one attempt with one Idempotency-Key when the answer is lost or 503,
   expect(problems).toEqual([]);
   await close();
 });
+
+it.each([
+  ["bank transfers only", ["bank_transfer"], "bank_transfer"],
+  ["cards only", ["card"], "card"],
+])("pays a link that takes %s", async (_name, allowed, method) => {
+  const link = await createLink({ description: `Only ${method}`, allowed_payment_methods: allowed });
+  const { page, problems, close } = await newPage();
+  await page.goto(link.url);
+  if (method === "card") {
+    await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+    await page.getByLabel("Expiry date").fill(`12 / ${yy}`);
+    await page.getByLabel("Security code (CVC)").fill("123");
+  }
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(payment!.method).toBe(method);
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("asks again with the same Idempotency-Key after its retries ran out, so a payment that went through is shown, not refused", async () => {
+  const link = await createLink({ description: "Order #2002" });
+  const { page, problems, close } = await newPage();
+  const keys: string[] = [];
+  let outage = true;
+  await page.route("**/pay", async (route) => {
+    keys.push(route.request().headers()["idempotency-key"] ?? "");
+    if (!outage) return route.continue();
+    if (keys.length === 1) {
+      // The payment is made, but its answer never reaches the customer; then the service is away.
+      await route.fetch({ url: `${stack.gatewayUrl}${new URL(route.request().url()).pathname}` });
+      return route.abort("failed");
+    }
+    return route.fulfill({ status: 503, contentType: "application/json", headers: { "retry-after": "1" }, body: '{"error":"Service unavailable"}' });
+  });
+  await page.goto(link.url);
+  await page.getByLabel("Bank transfer").check();
+  const pay = page.getByRole("button", { name: "Pay $42.50" });
+  await pay.click();
+  await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toBe("Service unavailable. Please try again.");
+  expect(keys.length).toBe(6);
+  outage = false;
+  await pay.click();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
+  expect(new Set(keys).size).toBe(1);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  expect(problems).toEqual([]);
+  await close();
+}, 40_000);
+
+it("says how long to wait when pay answers 429, and keeps the button", async () => {
+  const link = await createLink({ description: "Order #2003" });
+  const { page, close } = await newPage();
+  await page.route("**/pay", (route) =>
+    route.fulfill({ status: 429, contentType: "application/json", headers: { "retry-after": "30" }, body: '{"error":"Too many requests"}' }),
+  );
+  await page.goto(link.url);
+  await page.getByLabel("Bank transfer").check();
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await expect.poll(() => page.locator("#status").innerText()).toBe("Too many attempts. Please wait 30 seconds and try again.");
+  expect(await page.getByRole("button", { name: "Pay $42.50" }).isEnabled()).toBe(true);
+  await close();
+});

@@ -59,6 +59,25 @@ describe("GET /link/{id}", () => {
     expect(bhd.html).toMatch(/>Pay BHD\s1\.005<\/button>/); // Intl puts a no-break space here
   });
 
+  it("shows a line total past 2^53 minor units to its last digit", async () => {
+    // 9,999 × BHD 999,999,999.999 = 9,998,999,999,990.001: as a double, .000.
+    const id = await createLink({
+      amount: { value: 1, currency: "BHD" },
+      items: [{ name: "Gold", quantity: 9999, amount: 999999999.999 }],
+    });
+    expect((await page(id)).html).toMatch(/BHD\s9,998,999,999,990\.001/);
+  });
+
+  it("tells a customer without JavaScript that the page needs it (the form is sent by script only)", async () => {
+    const { html } = await page(await createLink({}));
+    expect(html).toContain("<noscript><p class=\"status error\">This page needs JavaScript to take your payment.");
+  });
+
+  it("shows a merchant's initial whole when it is an emoji", async () => {
+    const { html } = await page(await createLink({ merchant_name: "🍩 Donut Shop" }));
+    expect(html).toContain('<span class="avatar" aria-hidden="true">🍩</span>');
+  });
+
   it("labels every field, has a live region and prefills the customer", async () => {
     const id = await createLink({ customer: { name: "Ada Lovelace", email: "ada@example.com", phone: "+44 20 7946 0000" } });
     const { html } = await page(id);

@@ -18,7 +18,7 @@ const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer:
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
   const merchant = data?.merchantName?.trim() || "Payment request";
   return html`<header class="merchant">
-  <span class="avatar" aria-hidden="true">${merchant.charAt(0).toUpperCase()}</span>
+  <span class="avatar" aria-hidden="true">${initialOf(merchant)}</span>
   <div class="merchant-text"><p class="eyebrow">${eyebrow}</p><h1>${merchant}</h1></div>
   ${testMode ? html`<span class="badge">Test mode</span>` : ""}
 </header>`;
@@ -95,6 +95,7 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
   ${billed}
 </section>
 <section class="panel" aria-label="Payment">
+  <noscript><p class="status error">This page needs JavaScript to take your payment. Turn it on and reload the page.</p></noscript>
   <form id="pay-form" novalidate>
     ${methodChoice}
     ${cardFields}
@@ -124,3 +125,7 @@ function canonicalHttpUrl(value: string | undefined): string | undefined {
   const url = new URL(value);
   return url.protocol === "http:" || url.protocol === "https:" ? url.href : undefined;
 }
+
+const graphemes = new Intl.Segmenter("en", { granularity: "grapheme" });
+/** The first character as people see it: a whole emoji (flags and ZWJ sequences too), not half of a UTF-16 pair. */
+const initialOf = (name: string) => (graphemes.segment(name)[Symbol.iterator]().next().value?.segment ?? "").toUpperCase();

@@ -18,6 +18,11 @@
   // Relative to the page, so a CHECKOUT_BASE_URL with a path prefix works.
   var payUrl = location.pathname.replace(/\/+$/, "") + "/pay";
   var busy = false;
+  // The attempt whose outcome is unknown (its answers lost, or 503s until the
+  // retries ran out): clicking Pay again with the same details asks again
+  // with its key, so a payment that went through is shown, not refused as
+  // "already used". Any definite answer ends it.
+  var unsettled = null;
 
   function method() {
     var input = form.elements.namedItem("payment_method");
@@ -112,13 +117,14 @@
     success.focus();
   }
 
-  number.addEventListener("input", function () {
+  // A link that takes bank transfers only has no card fields.
+  if (number) number.addEventListener("input", function () {
     // Group digits in fours as people read them, only while typing at the end.
     if (number.selectionStart !== number.value.length) return;
     var digits = number.value.replace(/\D/g, "").slice(0, 19);
     number.value = digits.replace(/(\d{4})(?=\d)/g, "$1 ");
   });
-  expiry.addEventListener("blur", function () {
+  if (expiry) expiry.addEventListener("blur", function () {
     var exp = parseExpiry(expiry.value);
     if (exp) expiry.value = (exp.month < 10 ? "0" : "") + exp.month + " / " + String(exp.year).slice(-2);
   });
@@ -149,7 +155,9 @@
     // One key per attempt; every retry of this attempt sends the same one,
     // so a payment whose answer was lost is answered, never charged twice
     // and never told the link is used (CONTRACT "Retrying a payment").
-    send(body, newKey(), 0);
+    var json = JSON.stringify(body);
+    if (!unsettled || unsettled.json !== json) unsettled = { json: json, key: newKey() };
+    send(json, unsettled.key, 0);
   });
 
   // Waits before each retry of an attempt: about 8 s in all before giving up.
@@ -162,28 +170,36 @@
     return Array.prototype.map.call(bytes, function (b) { return (b < 16 ? "0" : "") + b.toString(16); }).join("");
   }
 
-  function retryOrFail(body, key, tries, message) {
+  function retryOrFail(json, key, tries, message) {
     if (tries >= RETRY_DELAYS_MS.length) return finish(message, "error");
     announce("Still processing your payment\u2026", "info");
     var base = RETRY_DELAYS_MS[tries];
-    setTimeout(function () { send(body, key, tries + 1); }, base + Math.floor(Math.random() * base * 0.3));
+    setTimeout(function () { send(json, key, tries + 1); }, base + Math.floor(Math.random() * base * 0.3));
   }
 
-  function send(body, key, tries) {
+  function send(json, key, tries) {
     fetch(payUrl, {
       method: "POST",
       headers: { "content-type": "application/json", accept: "application/json", "idempotency-key": key },
-      body: JSON.stringify(body),
+      body: json,
       credentials: "same-origin",
       cache: "no-store",
     }).then(function (res) {
       return res.json().catch(function () { return {}; }).then(function (data) {
-        if (res.ok) return succeed(data);
         var message = data && typeof data.error === "string" ? data.error : "Something went wrong. Please try again.";
         if (res.status === 503 || res.status === 502 || res.status === 504) {
           // The outcome may be unknown: ask again with the same key.
-          return retryOrFail(body, key, tries, message.replace(/\.?$/, ". Please try again."));
+          return retryOrFail(json, key, tries, message.replace(/\.?$/, ". Please try again."));
         }
+        if (res.status === 429) {
+          // Refused before it was tried: whatever an earlier try of this attempt did is still unknown.
+          var wait = Number(res.headers.get("retry-after"));
+          return finish(wait > 0
+            ? "Too many attempts. Please wait " + (wait === 1 ? "a second" : wait < 90 ? wait + " seconds" : Math.ceil(wait / 60) + " minutes") + " and try again."
+            : "Too many attempts. Please wait a moment and try again.", "error");
+        }
+        unsettled = null;
+        if (res.ok) return succeed(data);
         if (res.status === 402) {
           finish(message + ". Try again with another card or payment method.", "error");
           if (number && !number.disabled) number.focus();
@@ -196,7 +212,7 @@
         }
       });
     }, function () {
-      retryOrFail(body, key, tries, "We could not reach the payment service. Check your connection and try again.");
+      retryOrFail(json, key, tries, "We could not reach the payment service. Check your connection and try again.");
     });
   }
 
