@@ -118,6 +118,27 @@ describe("PostgreSQL unavailable", () => {
     await recoversFast();
   });
 
+  it("stopped: the LinkService's /metrics still answers within 2 s, the gauges it cannot read counted as failed", async () => {
+    await createOk();
+    await fetch(stack.linksMetricsUrl); // the gauges' last values, read while PostgreSQL answers
+    await pg.stop();
+    try {
+      const started = performance.now();
+      const res = await fetch(stack.linksMetricsUrl);
+      expect(performance.now() - started).toBeLessThan(BOUND_MS);
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      expect(text).toContain("paylink_rpc_server_duration_seconds_count");
+      expect(text).toMatch(/^paylink_capture_backlog \d+$/m);
+      // A scrape reads every metric at once: the failures it met show from the next one.
+      const next = await (await fetch(stack.linksMetricsUrl)).text();
+      expect(next).toMatch(/^paylink_metric_collect_failures_total\{metric="paylink_capture_backlog"\} [1-9]/m);
+    } finally {
+      await pg.start();
+    }
+    await recoversFast();
+  });
+
   it("frozen (SIGSTOP, connections open and silent): the same, and a Connect call with no deadline gives up too", async () => {
     const id = await createOk();
     pg.freeze();

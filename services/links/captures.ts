@@ -8,7 +8,8 @@
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db, Executor } from "./db.js";
-import { type PaymentProcessor, withTimeout } from "./processor.js";
+import type { PaymentProcessor } from "./processor.js";
+import { withTimeout } from "../shared/with-timeout.js";
 import * as store from "./store.js";
 
 // Long enough that the payment path's own capture has had its chance.
@@ -43,7 +44,7 @@ export async function captureAndRecord(
   // Only the processor's answer is raced, never the UPDATE: a late answer
   // must not record through a transaction already rolled back, whose
   // connection the pool may have handed to another request's transaction.
-  await (timeoutMs === undefined ? capture : withTimeout(capture, timeoutMs));
+  await (timeoutMs === undefined ? capture : withTimeout(capture, timeoutMs, "the processor"));
   await store.markCaptured(db, payment.id, clock.now());
 }
 
@@ -101,7 +102,7 @@ export function createCaptureRetrier(opts: {
     const now = clock.now();
     if (!(await store.markReleasing(db, reference, now, new Date(now.getTime() + RELEASE_RETRY_MS)))) return false;
     try {
-      await withTimeout(processor.release(reference), timeoutMs);
+      await withTimeout(processor.release(reference), timeoutMs, "the processor");
     } catch (err) {
       logger.error({ err, reference }, "hold release failed; tried again later");
       return false;

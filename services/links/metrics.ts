@@ -11,7 +11,11 @@ import { createRegistry, DURATION_BUCKETS, natsConnectedGauge } from "../shared/
 import type { Db } from "./db.js";
 import { oldestUnpublishedAt } from "./outbox.js";
 import type { Payments } from "./payments.js";
+import { withTimeout } from "../shared/with-timeout.js";
 import { dueHoldCount, uncapturedCount } from "./store.js";
+
+/** How long a scrape waits for a gauge read from PostgreSQL. */
+const COLLECT_TIMEOUT_MS = 1_000;
 
 export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Registry }) {
   const registry = opts.registry ?? createRegistry();
@@ -47,31 +51,38 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
     help: "Links the expiry sweeper recorded as expired.",
     registers,
   });
-  new Gauge({
-    name: "paylink_outbox_lag_seconds",
-    help: "Age of the oldest outbox event not yet published to NATS; 0 when none waits.",
+  const collectFailures = new Counter({
+    name: "paylink_metric_collect_failures_total",
+    help: "Scrapes in which a gauge read from PostgreSQL could not be read within 1 s (the gauge kept its last value); shown from the next scrape.",
+    labelNames: ["metric"],
     registers,
-    async collect() {
-      const oldest = await oldestUnpublishedAt(opts.db);
-      this.set(oldest ? Math.max(0, (opts.clock.now().getTime() - oldest.getTime()) / 1000) : 0);
-    },
   });
-  new Gauge({
-    name: "paylink_capture_backlog",
-    help: "Payments whose capture is owed but not recorded yet.",
-    registers,
-    async collect() {
-      this.set(await uncapturedCount(opts.db));
-    },
+  // One failing collect fails prom-client's whole scrape: a gauge PostgreSQL
+  // cannot answer for keeps its last value and is counted instead, so the
+  // rest of /metrics (RPC errors, NATS) still answers during an outage.
+  const databaseGauge = (name: string, help: string, read: () => Promise<number>) =>
+    new Gauge({
+      name,
+      help,
+      registers,
+      async collect() {
+        try {
+          this.set(await withTimeout(read(), COLLECT_TIMEOUT_MS, "PostgreSQL"));
+        } catch {
+          collectFailures.inc({ metric: name });
+        }
+      },
+    });
+  databaseGauge("paylink_outbox_lag_seconds", "Age of the oldest outbox event not yet published to NATS; 0 when none waits.", async () => {
+    const oldest = await oldestUnpublishedAt(opts.db);
+    return oldest ? Math.max(0, (opts.clock.now().getTime() - oldest.getTime()) / 1000) : 0;
   });
-  new Gauge({
-    name: "paylink_hold_release_backlog",
-    help: "Authorizations no payment committed with whose release is due and not done yet: above 0 for long, releases are failing.",
-    registers,
-    async collect() {
-      this.set(await dueHoldCount(opts.db, opts.clock.now()));
-    },
-  });
+  databaseGauge("paylink_capture_backlog", "Payments whose capture is owed but not recorded yet.", () => uncapturedCount(opts.db));
+  databaseGauge(
+    "paylink_hold_release_backlog",
+    "Authorizations no payment committed with whose release is due and not done yet: above 0 for long, releases are failing.",
+    () => dueHoldCount(opts.db, opts.clock.now()),
+  );
   const natsConnected = natsConnectedGauge(registry, "relay");
 
   return {

@@ -28,7 +28,8 @@ import type { Db } from "./db.js";
 import { newDelivery } from "./deliveries.js";
 import { enqueue, newEvent } from "./outbox.js";
 import { paymentKeyOf, replayPayment, savePaymentAnswer } from "./payment-keys.js";
-import { type CardInput, type PaymentProcessor, withTimeout } from "./processor.js";
+import type { CardInput, PaymentProcessor } from "./processor.js";
+import { withTimeout } from "../shared/with-timeout.js";
 import { dataFromRow, statusAt } from "./records.js";
 import * as store from "./store.js";
 
@@ -102,6 +103,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
       const auth = await withTimeout(
         processor.authorize({ reference, amount: amount.value, currency: amount.currency, method, card }),
         AUTHORIZE_TIMEOUT_MS,
+        "the processor",
       ).catch((err: unknown) => {
         // The customer may simply try again; a hold the processor made
         // regardless is released by the capture job.

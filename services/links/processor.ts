@@ -87,11 +87,3 @@ export function createSandboxProcessor() {
   } satisfies PaymentProcessor & { authorizations: Map<string, string>; byReference: Map<string, string> };
 }
 
-/** The processor call, or an error once it has not answered within `ms`. */
-export function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the processor did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
-}
