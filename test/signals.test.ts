@@ -3,9 +3,10 @@
 // compose with an init as PID 1) drains on SIGTERM under load, with no
 // failed request, exits, and leaves nothing listening; so does `npm start`
 // on Ctrl-C.
+import { spawn } from "node:child_process";
 import http from "node:http";
 import net from "node:net";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import postgres from "postgres";
@@ -161,6 +162,34 @@ describe("SIGTERM under load", () => {
     } finally {
       socket.destroy();
       await services.close();
+    }
+  });
+
+  it("a drain that fails says so in an error line, and the process exits 1, not 0", async () => {
+    // runMain with a service whose close() fails, in a process of its own.
+    const dir = mkdtempSync(path.join(tmpdir(), "paylink-drain-"));
+    const file = path.join(dir, "failing.mts");
+    writeFileSync(
+      file,
+      `import { runMain } from ${JSON.stringify(path.join(ROOT, "services/shared/run-main.ts"))};
+      setInterval(() => {}, 1000);
+      await runMain("failing", async () => ({ close: async () => { throw new Error("could not let go"); } }));
+      console.log("READY");`,
+    );
+    try {
+      const child = spawn(process.execPath, ["--import", "tsx", file], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "info" } });
+      let output = "";
+      child.stdout.on("data", (chunk: Buffer) => (output += chunk));
+      child.stderr.on("data", (chunk: Buffer) => (output += chunk));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      await waitFor(() => output.includes("READY"), 20_000);
+      child.kill("SIGTERM");
+      expect(await exited, output).toBe(1);
+      const lines = output.split("\n").filter((line) => line.startsWith("{")).map((line) => JSON.parse(line) as { msg: string; level: number });
+      expect(lines.filter((line) => line.level >= 50).map((line) => line.msg)).toEqual(["drain failed"]);
+      expect(lines.some((line) => line.msg === "drained")).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

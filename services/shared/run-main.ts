@@ -56,7 +56,8 @@ export async function runMain(
     );
     clearTimeout(force);
     if (drained) logger.info("drained");
-    process.exit(0);
+    // An orchestrator reads the exit code: a drain that failed is not a clean stop.
+    process.exit(drained ? 0 : 1);
   };
   process.once("SIGTERM", () => void stop("SIGTERM"));
   process.once("SIGINT", () => void stop("SIGINT"));
