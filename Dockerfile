@@ -24,7 +24,9 @@ COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 USER node
-EXPOSE 8080 50051 8090
+# 9091 and 9092: the gateway's and the LinkService's /metrics, kept off their
+# API ports (the notifier's shares 8090 with its health checks).
+EXPOSE 8080 50051 8090 9091 9092
 STOPSIGNAL SIGTERM
 # node with our V8 flags (services/dev/node-flags.ts says why; the flags are
 # not allowed in NODE_OPTIONS); compose's command names the entry.

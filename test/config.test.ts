@@ -1,7 +1,9 @@
 // Settings are parsed once at start-up; a bad value stops the process with a
 // message that names the variable.
 import { spawnSync } from "node:child_process";
+import Fastify from "fastify";
 import { describe, expect, it } from "vitest";
+import { natsHostPort } from "../services/dev/nats-server.js";
 import { ConfigError, loadConfig } from "../services/shared/config.js";
 
 describe("loadConfig", () => {
@@ -39,6 +41,9 @@ describe("loadConfig", () => {
     ["WEBHOOK_RETRY_SCHEDULE", "5s,soon"],
     ["WEBHOOK_RECONCILE_AFTER", "0s"],
     ["WEBHOOK_RECONCILE_AFTER", "5m,10m"],
+    ["WEBHOOK_RECONCILE_AFTER", "8d"],
+    ["WEBHOOK_RETRY_SCHEDULE", "5s,999999999999d"],
+    ["WEBHOOK_RETRY_SCHEDULE", "5s,8d"],
     ["LOG_LEVEL", "loud"],
     ["PAYLINK_AUTH", "none"],
     ["ADMIN_TOKEN", "short"],
@@ -46,9 +51,15 @@ describe("loadConfig", () => {
     ["RATE_LIMIT_PAY", "0/s"],
     ["REQUEST_TIMEOUT", "0s"],
     ["REQUEST_TIMEOUT", "5s,10s"],
+    ["REQUEST_TIMEOUT", "999999999999d"],
+    ["REQUEST_TIMEOUT", "11m"],
     ["NATS_PREFIX", "has.dot"],
     ["NATS_STREAM_REPLICAS", "two"],
     ["TRUST_PROXY", "10.0.0.0/8, proxy.internal"],
+    ["TRUST_PROXY", "10.0.0.0/99"],
+    ["TRUST_PROXY", "10.0.0.0/33"],
+    ["TRUST_PROXY", "0.0.0.0/0"],
+    ["TRUST_PROXY", "::1/129"],
   ])("refuses %s=%s with a message naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name} `));
@@ -84,6 +95,39 @@ describe("loadConfig", () => {
   it("parses a millisecond schedule for tests", () => {
     expect(loadConfig({ WEBHOOK_RETRY_SCHEDULE: "50ms, 1s,2m" }).webhookRetrySchedule).toEqual([50, 1000, 120_000]);
   });
+
+  it("takes each duration up to its documented bound", () => {
+    expect(loadConfig({ REQUEST_TIMEOUT: "10m", WEBHOOK_RECONCILE_AFTER: "7d", WEBHOOK_RETRY_SCHEDULE: "5s,7d" })).toMatchObject({
+      requestTimeoutMs: 600_000,
+      webhookReconcileAfterMs: 7 * 86_400_000,
+      webhookRetrySchedule: [5000, 7 * 86_400_000],
+    });
+  });
+
+  it("takes only TRUST_PROXY ranges the gateway's Fastify starts with", () => {
+    const { trustProxy } = loadConfig({ TRUST_PROXY: "10.0.0.0/1, 10.89.0.2/32, 10.89.0.2, ::/1, fd00::/128" });
+    expect(trustProxy).toHaveLength(5);
+    expect(() => Fastify({ trustProxy })).not.toThrow();
+  });
+});
+
+describe("NATS_URL as npm start reads it", () => {
+  it.each([
+    ["nats://127.0.0.1:4222", "127.0.0.1", 4222],
+    ["127.0.0.1:4222", "127.0.0.1", 4222],
+    ["nats://n1:4223, nats://n2:4222", "n1", 4223],
+    ["n1:4223,n2:4222", "n1", 4223],
+    ["localhost", "localhost", 4222],
+    ["[::1]:4223", "::1", 4223],
+    ["::1", "::1", 4222],
+  ])("finds the first server of %s", (natsUrl, host, port) => {
+    expect(natsHostPort(natsUrl)).toEqual({ host, port });
+  });
+
+  it("refuses what is no address with a message naming NATS_URL", () => {
+    expect(() => natsHostPort("nats://no such host:4222")).toThrow(ConfigError);
+    expect(() => natsHostPort("127.0.0.1:99999")).toThrow(/^NATS_URL /);
+  });
 });
 
 describe("an entry point with a bad setting", () => {
@@ -99,6 +143,19 @@ describe("an entry point with a bad setting", () => {
       expect(run.stderr).toContain('PAYLINK_ENV must be one of test, production; got "staging"');
     },
   );
+});
+
+describe("start:links without DATABASE_URL", () => {
+  it("exits 1 with one line naming DATABASE_URL", () => {
+    const { DATABASE_URL: _, ...rest } = process.env;
+    const run = spawnSync(process.execPath, ["--import", "tsx", "services/links/main.ts"], {
+      env: { ...rest, PAYLINK_ENV: "test" },
+      encoding: "utf8",
+      timeout: 20_000,
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain("links: configuration error: DATABASE_URL is required for start:links");
+  });
 });
 
 describe("production without INTERNAL_TOKEN", () => {

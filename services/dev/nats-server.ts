@@ -2,8 +2,9 @@
 // local nats-server with JetStream and its data under ./.data/nats.
 import { spawnSync } from "node:child_process";
 import { mkdir } from "node:fs/promises";
-import net from "node:net";
+import net, { isIP } from "node:net";
 import path from "node:path";
+import { ConfigError } from "../shared/config.js";
 
 export function reachable(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
   return new Promise((resolve) => {
@@ -16,6 +17,26 @@ export function reachable(host: string, port: number, timeoutMs = 1000): Promise
     socket.once("connect", () => done(true));
     socket.once("error", () => done(false));
   });
+}
+
+/**
+ * Where the first server of NATS_URL listens, read as the nats client reads
+ * it: a comma-separated list of nodes, each with or without a scheme, port
+ * 4222 when none is given.
+ */
+export function natsHostPort(natsUrl: string): { host: string; port: number } {
+  const first = natsUrl.split(",")[0]!.trim();
+  const bare = isIP(first) === 6 ? `[${first}]` : first;
+  let url: URL;
+  try {
+    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(bare) ? bare : `nats://${bare}`);
+  } catch {
+    throw new ConfigError(
+      `NATS_URL must be a NATS server such as nats://127.0.0.1:4222 or 127.0.0.1:4222, or several comma-separated; got "${natsUrl}"`,
+    );
+  }
+  // net.connect and nats-server -a take an IPv6 address without its brackets.
+  return { host: url.hostname.replace(/^\[(.*)\]$/, "$1") || "127.0.0.1", port: Number(url.port || 4222) };
 }
 
 function findNatsServer(): string | undefined {
@@ -35,9 +56,7 @@ export async function ensureNats(
   log: (line: string) => void,
   spawnServer: (binary: string, args: string[]) => void,
 ): Promise<void> {
-  const url = new URL(natsUrl);
-  const host = url.hostname || "127.0.0.1";
-  const port = Number(url.port || 4222);
+  const { host, port } = natsHostPort(natsUrl);
   if (await reachable(host, port)) return;
 
   const binary = findNatsServer();
@@ -52,5 +71,5 @@ export async function ensureNats(
   log(`starting ${binary} with JetStream on ${host}:${port} (data in ${storeDir})`);
   spawnServer(binary, ["-js", "-a", host, "-p", String(port), "-sd", storeDir]);
   for (let i = 0; i < 50 && !(await reachable(host, port)); i++) await new Promise((r) => setTimeout(r, 100));
-  if (!(await reachable(host, port))) throw new Error(`nats-server did not start on ${host}:${port}`);
+  if (!(await reachable(host, port))) throw new Error(`nats-server did not start on ${host}:${port} (the first server of NATS_URL)`);
 }

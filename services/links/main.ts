@@ -1,6 +1,6 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
 import { systemClock } from "../shared/clock.js";
-import { requireInternalToken } from "../shared/config.js";
+import { ConfigError, requireInternalToken } from "../shared/config.js";
 import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { createCaptureRetrier } from "./captures.js";
@@ -17,7 +17,7 @@ await runMain("links", async (config, logger) => {
   survivePostgresDriverBug(logger);
   requireInternalToken(config);
   if (!config.databaseUrl) {
-    throw new Error("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
+    throw new ConfigError("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
   }
   await migrateDb(config.databaseUrl);
   const { db, probe: probeDb, close: closeDb } = createDb(config.databaseUrl);

@@ -78,14 +78,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       optional(env, "WEBHOOK_RETRY_SCHEDULE") ?? DEFAULT_WEBHOOK_RETRY_SCHEDULE,
       "WEBHOOK_RETRY_SCHEDULE",
     ),
-    webhookReconcileAfterMs: duration(env, "WEBHOOK_RECONCILE_AFTER", "5m"),
+    webhookReconcileAfterMs: duration(env, "WEBHOOK_RECONCILE_AFTER", "5m", "7d"),
     internalToken: optional(env, "INTERNAL_TOKEN"),
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
     auth: oneOf(env, "PAYLINK_AUTH", ["client-id", "api-key"], paylinkEnv === "production" ? "api-key" : "client-id") as AuthMode,
     adminToken: adminToken(env),
     rateLimitClient: rateLimit(env, "RATE_LIMIT_CLIENT", "100/s"),
     rateLimitPay: rateLimit(env, "RATE_LIMIT_PAY", "20/m"),
-    requestTimeoutMs: duration(env, "REQUEST_TIMEOUT", "30s"),
+    requestTimeoutMs: duration(env, "REQUEST_TIMEOUT", "30s", "10m"),
     natsPrefix: natsPrefix(env),
     natsStreamReplicas: replicas(env),
     trustProxy: trustProxy(env),
@@ -131,6 +131,10 @@ function baseUrl(env: NodeJS.ProcessEnv, name: string, fallback: string): string
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
+// The events stream keeps an event 7 days (jetstream.ts): a retry due later
+// than that would find it gone from the stream.
+const MAX_RETRY_DELAY = "7d";
+
 /** "5s,30s,2m" -> [5000, 30000, 120000]. */
 export function parseSchedule(raw: string, name: string): number[] {
   return raw.split(",").map((part) => {
@@ -140,14 +144,18 @@ export function parseSchedule(raw: string, name: string): number[] {
         `${name} must be a comma-separated list of delays such as 5s,30s,2m (units ms, s, m, h, d); got "${raw}"`,
       );
     }
+    if (ms > toMs(MAX_RETRY_DELAY)!) throw new ConfigError(`${name} must hold delays of at most ${MAX_RETRY_DELAY}; got "${raw}"`);
     return ms;
   });
 }
 
-function duration(env: NodeJS.ProcessEnv, name: string, fallback: string): number {
+// Every duration ends in a timer or a date: past its bound it would fail
+// there, long after start-up, with a RangeError that names nothing.
+function duration(env: NodeJS.ProcessEnv, name: string, fallback: string, max: string): number {
   const raw = optional(env, name) ?? fallback;
   const ms = toMs(raw);
   if (!ms) throw new ConfigError(`${name} must be a duration above 0 such as 5m (units ms, s, m, h, d); got "${raw}"`);
+  if (ms > toMs(max)!) throw new ConfigError(`${name} must be at most ${max}; got "${raw}"`);
   return ms;
 }
 
@@ -204,9 +212,15 @@ function trustProxy(env: NodeJS.ProcessEnv): string[] | undefined {
   const parts = raw.split(",").map((part) => part.trim());
   for (const part of parts) {
     const [address, bits, extra] = part.split("/");
-    const valid = extra === undefined && isIP(address ?? "") !== 0 && (bits === undefined || /^\d{1,3}$/.test(bits));
-    if (!valid) {
-      throw new ConfigError(`TRUST_PROXY must be a comma-separated list of IP addresses or CIDR ranges; got "${raw}"`);
+    const version = isIP(address ?? "");
+    // Fastify refuses a prefix of 0 or one longer than the address, but only
+    // when the gateway starts, and with a stack trace.
+    const prefix = bits === undefined ? undefined : /^\d{1,3}$/.test(bits) ? Number(bits) : NaN;
+    const prefixOk = prefix === undefined || (prefix >= 1 && prefix <= (version === 6 ? 128 : 32));
+    if (extra !== undefined || version === 0 || !prefixOk) {
+      throw new ConfigError(
+        `TRUST_PROXY must be a comma-separated list of IP addresses or CIDR ranges (prefix 1 to 32 for IPv4, 1 to 128 for IPv6); got "${raw}"`,
+      );
     }
   }
   return parts;
