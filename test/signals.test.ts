@@ -282,6 +282,36 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
+    const [gatewayPort, linksPort, notifierPort] = await Promise.all([1, 2, 3].map(() => freePort()));
+    const own = await createDatabase("paylink_start_twice");
+    const start = spawnRole(
+      "gateway",
+      {
+        DATABASE_URL: own.url,
+        NATS_URL: nats.url,
+        NATS_PREFIX: "paylink_start_twice",
+        GATEWAY_PORT: String(gatewayPort),
+        LINKS_PORT: String(linksPort),
+        NOTIFIER_PORT: String(notifierPort),
+      },
+      ["node", "dist/services/dev/start.js"],
+    );
+    try {
+      await waitFor(() => start.output().includes("[start] ready"), 30_000, () => start.output().slice(-4000));
+      start.signal("SIGINT");
+      await waitFor(() => start.output().includes("[start] stopping"), 5_000);
+      start.signal("SIGINT");
+      expect(await start.exited, start.output()).toBe(130);
+      // Every service got its SIGTERM as npm start exited, and drains on its own.
+      await waitFor(async () => !(await Promise.all([gatewayPort!, linksPort!, notifierPort!].map(canConnect))).some(Boolean), 20_000);
+    } finally {
+      start.signal("SIGKILL");
+      await start.exited;
+      await own.drop();
+    }
+  });
+
   it("`npm start` drains its three services on Ctrl-C and exits 0; with CPU_PROF_DIR each leaves a CPU profile", async () => {
     const profiles = mkdtempSync(path.join(tmpdir(), "paylink-prof-"));
     const [gatewayPort, linksPort, notifierPort] = await Promise.all([1, 2, 3].map(() => freePort()));

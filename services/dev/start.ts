@@ -53,8 +53,12 @@ async function stopAll(code: number) {
   await supervisor.stopAll();
   process.exit(code);
 }
-process.once("SIGINT", () => void stopAll(0));
-process.once("SIGTERM", () => void stopAll(0));
+// A second Ctrl-C means "now": exiting SIGTERMs every child still running at
+// once (the supervisor's exit hook). Left to Node's default, it would kill
+// this process with no exit hook, and leave the children running.
+const onSignal = () => (stopping ? process.exit(130) : void stopAll(0));
+process.on("SIGINT", onSignal);
+process.on("SIGTERM", onSignal);
 
 try {
   const databaseUrl = config.databaseUrl ?? (await startEmbeddedPostgres());
