@@ -78,7 +78,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
       const query = req.query as ListQuery;
       const res = await links.listLinks(
         create(ListLinksRequestSchema, {
-          // The LinkService judges the range, and that starting_after names a link.
+          // The LinkService judges the range, and that starting_after names one of the caller's links.
           limit: query.limit === undefined ? undefined : Number(query.limit),
           startingAfter: query.starting_after,
           status: query.status === undefined ? LinkStatus.UNSPECIFIED : statusFromName(query.status),

@@ -16,6 +16,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { dropKey } from "../services/links/store.js";
+import { newLinkId } from "../services/shared/ids.js";
 import { createSweeper, type SweeperOptions } from "../services/links/sweeper.js";
 import { createDatabase } from "./support/database.js";
 import { waitFor } from "./support/nats.js";
@@ -54,6 +55,16 @@ describe("GET /v1/links", () => {
     const last = await api(stack, "GET", `/v1/links?limit=2&starting_after=${ids[1]}`, { clientId: me });
     expect(last.body.data.map((l: { id: string }) => l.id)).toEqual([ids[0]]);
     expect(last.body.has_more).toBe(false);
+
+    // A cursor names one of the caller's links: not a made-up id, nor another client's.
+    const stranger = (await createLink(uniqueClient())).id;
+    for (const cursor of [newLinkId(), stranger]) {
+      const refused = await api(stack, "GET", `/v1/links?limit=2&starting_after=${cursor}`, { clientId: me });
+      expect({ status: refused.status, body: refused.body }).toEqual({
+        status: 400,
+        body: { error: "starting_after must be the id of one of your links" },
+      });
+    }
 
     const all = await api(stack, "GET", "/v1/links", { clientId: me });
     expect(all.body.data).toHaveLength(5);

@@ -125,6 +125,11 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     async listLinks(req, ctx) {
       const clientId = requireClientId(ctx);
       const q = validateListLinks(req);
+      // A cursor is a position among the caller's links: an id that names
+      // none (mistyped, or another client's) would silently give a wrong page.
+      if (q.startingAfter !== undefined && (await batched.findLink(q.startingAfter))?.clientId !== clientId) {
+        throw invalid("starting_after must be the id of one of your links");
+      }
       const now = clock.now();
       const rows = await store.listLinks(db, { ...q, clientId, now });
       return {

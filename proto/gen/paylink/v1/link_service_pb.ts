@@ -366,7 +366,8 @@ export type ListLinksRequest = Message<"paylink.v1.ListLinksRequest"> & {
   limit?: number | undefined;
 
   /**
-   * A link id: the page starts after it.
+   * The id of one of the caller's links: the page starts after it.
+   * INVALID_ARGUMENT when it names no link of the caller's.
    *
    * @generated from field: optional string starting_after = 2;
    */
