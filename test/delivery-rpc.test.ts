@@ -2,6 +2,8 @@
 // and the internal DeliveryService's guard: only `Bearer $INTERNAL_TOKEN`
 // passes when one is configured; a test deployment without one leaves it
 // open; production without one refuses it. Real sockets, real Postgres.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createHandlerContext } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -204,45 +206,49 @@ describe("the internal DeliveryService", () => {
     expect(settled.attempts).toHaveLength(2);
   });
 
-  it("places each attempt by the attempts made: a StartAttempt whose answer was lost costs no place in the schedule", async () => {
-    const receiver = await startReceiver(() => 503);
-    receivers.push(receiver);
-    const { clock, deliveries, attempt, transactionId, eventNow, redeliver } = await paidEvent("lost-answer-client", { webhook: receiver.url });
-    // The claim commits but its answer never reaches the notifier (a missed
-    // deadline, a LinkService killed before answering); its lease holds the
-    // event as before, and lapses.
-    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.DELIVER);
-    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.WAIT);
-    clock.advance(LEASE_MS);
-
-    const schedule = [1000, 2000];
-    const deadLetters: MsgHdrs[] = [];
+  /**
+   * The notifier's handler, with a real deliverer, on a stand-in JetStream:
+   * each copy it naks comes back once the delay has passed on the
+   * LinkService's clock, and one whose handling throws comes back after 5 s,
+   * as notifier.ts hands it back; until a copy is acked, or ten have run.
+   */
+  async function runCopies(opts: {
+    deliveries: ReturnType<typeof createClient<typeof DeliveryService>>;
+    clock: ReturnType<typeof testClock>;
+    attempt: { eventId: string; linkId: string; paymentId: string };
+    transactionId: string;
+    schedule: number[];
+    recordForMs?: number;
+  }) {
+    const { attempt, clock } = opts;
+    const deadLetters: { data: Uint8Array; headers: MsgHdrs }[] = [];
     const js = {
-      publish: async (_subject: string, _data: Uint8Array, opts: { headers: MsgHdrs }) => {
-        deadLetters.push(opts.headers);
+      publish: async (_subject: string, data: Uint8Array, publishOpts: { headers: MsgHdrs }) => {
+        deadLetters.push({ data, headers: publishOpts.headers });
         return {};
       },
     } as unknown as JetStreamClient;
+    const deliverer = createDeliverer({ policy: addressPolicy("test") });
     const handler = createHandler({
       js,
-      deliverer: createDeliverer({ policy: addressPolicy("test") }),
-      deliveries,
+      deliverer,
+      deliveries: opts.deliveries,
       topology: DEFAULT_TOPOLOGY,
-      retrySchedule: schedule,
+      retrySchedule: opts.schedule,
       metrics: createMetrics(),
       logger: pino({ level: "silent" }),
       random: () => 0.5,
+      recordForMs: opts.recordForMs,
     });
     const data = toBinary(
       EventSchema,
       create(EventSchema, {
         id: attempt.eventId,
         linkId: attempt.linkId,
-        clientId: "lost-answer-client",
-        payload: { case: "paymentCompleted", value: { paymentId: attempt.paymentId, transactionId } },
+        clientId: "c",
+        payload: { case: "paymentCompleted", value: { paymentId: attempt.paymentId, transactionId: opts.transactionId } },
       }),
     );
-    // The copy JetStream hands back after each nak, once its delay has passed on the LinkService's clock.
     const naks: number[] = [];
     for (let copy = 1; copy <= 10; copy++) {
       const seen = { acked: false, nakDelay: 0 };
@@ -255,14 +261,31 @@ describe("the internal DeliveryService", () => {
         nak: (delay = 0) => (seen.nakDelay = delay),
         working: () => {},
       } as unknown as JsMsg;
-      await handler(msg);
+      await handler(msg).catch(() => msg.nak(5000));
       if (seen.acked) break;
       naks.push(seen.nakDelay);
       clock.advance(seen.nakDelay);
     }
+    deliverer.close();
+    return { naks, deadLetters };
+  }
+
+  it("places each attempt by the attempts made: a StartAttempt whose answer was lost costs no place in the schedule", async () => {
+    const receiver = await startReceiver(() => 503);
+    receivers.push(receiver);
+    const { clock, deliveries, attempt, transactionId, eventNow, redeliver } = await paidEvent("lost-answer-client", { webhook: receiver.url });
+    // The claim commits but its answer never reaches the notifier (a missed
+    // deadline, a LinkService killed before answering); its lease holds the
+    // event as before, and lapses.
+    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.DELIVER);
+    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.WAIT);
+    clock.advance(LEASE_MS);
+
+    const schedule = [1000, 2000];
+    const { naks, deadLetters } = await runCopies({ deliveries, clock, attempt, transactionId, schedule });
     expect(receiver.requests).toHaveLength(schedule.length + 1);
     expect(naks).toEqual(schedule);
-    expect(deadLetters.map((h) => h.get("Paylink-Attempts"))).toEqual(["3"]);
+    expect(deadLetters.map((d) => d.headers.get("Paylink-Attempts"))).toEqual(["3"]);
     const failed = await eventNow();
     expect(failed.status).toBe(DeliveryStatus.FAILED);
     expect(failed.attempts.map((a) => [a.number, a.statusCode])).toEqual([
@@ -275,6 +298,48 @@ describe("the internal DeliveryService", () => {
     await redeliver();
     const again = await deliveries.startAttempt({ ...attempt, generation: 1 });
     expect(again).toMatchObject({ action: StartAttemptAction.DELIVER, attempt: 1 });
+  });
+
+  it("stores any error text RecordAttempt is given: control characters replaced, the length capped", async () => {
+    const { deliveries, eventId, attempt, eventNow } = await paidEvent("nul-record-client");
+    const start = await deliveries.startAttempt(attempt);
+    const error = `HTTP 500: a\u0000b\u0007c\rd\te\nf${"x".repeat(5000)}`;
+    await deliveries.recordAttempt({ eventId, leaseToken: start.leaseToken, statusCode: 500, error, outcome: AttemptOutcome.RETRY, retryInMs: 1000 });
+    const [logged] = (await eventNow()).attempts;
+    expect(logged!.error).toBe(`HTTP 500: a\ufffdb\ufffdc\ufffdd\te\nf${"x".repeat(5000)}`.slice(0, 1000));
+  });
+
+  it("dead-letters, on schedule, a receiver whose 500 answers carry a NUL byte", async () => {
+    // Before, the error quoting the body held U+0000, PostgreSQL refused to
+    // log the attempt, and the event came back every minute without end.
+    const requests: string[] = [];
+    const nul = http.createServer((req, res) => {
+      requests.push(String(req.headers["webhook-id"]));
+      req.resume();
+      res.writeHead(500).end("\x00");
+    });
+    await new Promise<void>((resolve) => nul.listen(0, "127.0.0.1", resolve));
+    receivers.push({
+      close: () =>
+        new Promise<void>((resolve) => {
+          nul.close(() => resolve());
+          nul.closeAllConnections();
+        }),
+    } as Receiver);
+    const webhook = `http://127.0.0.1:${(nul.address() as AddressInfo).port}/hook`;
+    const { clock, deliveries, attempt, transactionId, eventNow } = await paidEvent("nul-body-client", { webhook });
+
+    const schedule = [50];
+    const { naks, deadLetters } = await runCopies({ deliveries, clock, attempt, transactionId, schedule, recordForMs: 300 });
+    expect(naks).toEqual(schedule);
+    expect(requests).toHaveLength(schedule.length + 1);
+    expect(deadLetters.map((d) => [d.headers.get("Paylink-Attempts"), d.headers.get("Paylink-Last-Error")])).toEqual([["2", "HTTP 500"]]);
+    const failed = await eventNow();
+    expect(failed.status).toBe(DeliveryStatus.FAILED);
+    expect(failed.attempts.map((a) => [a.number, a.statusCode, a.error])).toEqual([
+      [1, 500, "HTTP 500: \ufffd"],
+      [2, 500, "HTTP 500: \ufffd"],
+    ]);
   });
 
   /**

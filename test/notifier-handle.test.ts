@@ -7,7 +7,7 @@
 import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
-import type { JetStreamClient, JsMsg } from "nats";
+import type { JetStreamClient, JsMsg, MsgHdrs } from "nats";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import {
@@ -27,12 +27,12 @@ const SCHEDULE = [1000, 2000, 3000];
 const EVENT_ID = "0b7c1e2a-3d4f-4a5b-8c6d-7e8f9a0b1c2d";
 
 function handlerFor(start: Omit<MessageInitShape<typeof StartAttemptResponseSchema>, "$typeName">, outcome: Outcome) {
-  const deadLetters: { subject: string; data: Uint8Array }[] = [];
+  const deadLetters: { subject: string; data: Uint8Array; headers: MsgHdrs }[] = [];
   const recorded: RecordAttemptRequest[] = [];
   const delivered: { url: string; apiKey: string }[] = [];
   const js = {
-    publish: async (subject: string, data: Uint8Array) => {
-      deadLetters.push({ subject, data });
+    publish: async (subject: string, data: Uint8Array, opts: { headers: MsgHdrs }) => {
+      deadLetters.push({ subject, data, headers: opts.headers });
       return {};
     },
   } as unknown as JetStreamClient;
@@ -98,7 +98,7 @@ function message(old = false) {
   return { msg, seen };
 }
 
-const failed: Outcome = { kind: "failed", status: 503, error: "HTTP 503" };
+const failed: Outcome = { kind: "failed", status: 503, error: "HTTP 503", category: "HTTP 503" };
 
 describe("a failed attempt", () => {
   it.each([
@@ -129,6 +129,27 @@ describe("a failed attempt", () => {
     expect(seen.acked).toBe(true);
     expect(deadLetters.map((d) => d.subject)).toEqual([`${DEFAULT_TOPOLOGY.deadLetterSubjectPrefix}.payment.completed`]);
     expect(recorded[0]!.outcome).toBe(AttemptOutcome.FAILED);
+  });
+});
+
+describe("what an attempt's error becomes", () => {
+  it("the dead letter carries the failure's category; the delivery log, the fuller error", async () => {
+    const refused: Outcome = {
+      kind: "failed",
+      error: "ECONNREFUSED: connect ECONNREFUSED 203.0.113.7:8443",
+      category: "connection refused",
+    };
+    const { handle, deadLetters, recorded } = handlerFor({ attempt: SCHEDULE.length + 1 }, refused);
+    await handle(message().msg);
+    expect(deadLetters[0]!.headers.get("Paylink-Last-Error")).toBe("connection refused");
+    expect(recorded[0]!.error).toBe("ECONNREFUSED: connect ECONNREFUSED 203.0.113.7:8443");
+  });
+
+  it("is recorded without control characters, which PostgreSQL text may refuse, and at most 1000 characters long", async () => {
+    const binary: Outcome = { kind: "failed", status: 500, error: `HTTP 500: \u0000\u001b[1m\tok\r\n${"x".repeat(2000)}`, category: "HTTP 500" };
+    const { handle, recorded } = handlerFor({ attempt: 1 }, binary);
+    await handle(message().msg);
+    expect(recorded[0]!.error).toBe(`HTTP 500: \ufffd\ufffd[1m\tok\ufffd\n${"x".repeat(2000)}`.slice(0, 1000));
   });
 });
 

@@ -2,7 +2,7 @@
 // happens on the address a name resolves to (not only on literal hosts), and
 // that the test environment still reaches loopback receivers.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { addressPolicy, guardedLookup, RefusedAddressError, refusalReason } from "../services/notifier/address-policy.js";
+import { addressPolicy, guardedLookup, RefusedAddressError, refusal } from "../services/notifier/address-policy.js";
 import { createDeliverer } from "../services/notifier/deliver.js";
 import { startNotifier } from "../services/notifier/notifier.js";
 import { uniqueTopology, waitFor } from "./support/nats.js";
@@ -14,7 +14,7 @@ import {
   usePrivateNatsAndDatabase,
 } from "./support/webhooks.js";
 
-describe("refusalReason", () => {
+describe("refusal", () => {
   it.each([
     ["127.0.0.1", "loopback"],
     ["127.8.9.10", "loopback"],
@@ -25,6 +25,7 @@ describe("refusalReason", () => {
     ["169.254.1.1", "linkLocal"],
     ["100.64.0.1", "carrierGradeNat"],
     ["100.100.100.200", "metadata"],
+    ["168.63.129.16", "metadata"],
     ["0.0.0.0", "unspecified"],
     ["255.255.255.255", "broadcast"],
     ["224.0.0.1", "multicast"],
@@ -41,13 +42,13 @@ describe("refusalReason", () => {
     ["::a9fe:a9fe", "IPv4-compatible"],
     ["::808:808", "IPv4-compatible"],
   ])("refuses %s (%s)", (ip, kind) => {
-    expect(refusalReason(ip)).toContain(kind);
+    expect(refusal(ip)?.reason).toContain(kind);
   });
 
   it.each(["8.8.8.8", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"])(
     "allows the public address %s",
     (ip) => {
-      expect(refusalReason(ip)).toBeUndefined();
+      expect(refusal(ip)).toBeUndefined();
     },
   );
 });
@@ -124,7 +125,7 @@ describe("one delivery attempt", () => {
 describe("a production notifier", () => {
   const env = usePrivateNatsAndDatabase();
 
-  it("dead-letters a webhook whose name resolves to loopback, without connecting", async () => {
+  it("dead-letters a webhook whose name or address is refused, without connecting, and names no address on NATS", async () => {
     const topology = uniqueTopology();
     const receiver = await startReceiver();
     const webhooks = await startWebhookStack({ natsUrl: env.nats.url, topology, databaseUrl: env.database.url });
@@ -140,15 +141,24 @@ describe("a production notifier", () => {
     });
     try {
       await notifier.whenReady();
-      await webhooks.pay({ webhook: `http://localhost:${receiver.port}/hook` });
-      await waitFor(() => notifier.metrics.counts.dead_lettered === 1);
-      expect(notifier.metrics.counts.refused).toBe(1);
+      const byName = await webhooks.pay({ webhook: `http://localhost:${receiver.port}/hook` });
+      const byAddress = await webhooks.pay({ webhook: `http://127.0.0.1:${receiver.port}/hook` });
+      await waitFor(() => notifier.metrics.counts.dead_lettered === 2);
+      expect(notifier.metrics.counts.refused).toBe(2);
       expect(receiver.requests).toHaveLength(0);
       const jsm = await env.nc.jetstreamManager();
-      const dead = await jsm.streams.getMessage(topology.deadLetterStream, {
-        last_by_subj: `${topology.deadLetterSubjectPrefix}.payment.completed`,
-      });
-      expect(dead.header.get("Paylink-Last-Error")).toContain("loopback");
+      const info = await jsm.streams.info(topology.deadLetterStream);
+      for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+        const dead = await jsm.streams.getMessage(topology.deadLetterStream, { seq });
+        const text = `${Buffer.from(dead.data).toString("latin1")}\n${[...dead.header.keys()].map((k) => dead.header.get(k)).join("\n")}`;
+        for (const address of ["localhost", "127.0.0.1", `:${receiver.port}`]) expect(text).not.toContain(address);
+        expect(dead.header.get("Paylink-Last-Error")).toBe("refused by the address policy: loopback");
+      }
+      // The merchant's own log says which of their names or addresses was refused.
+      const errors = async (linkId: string) =>
+        (await webhooks.client.listLinkEvents({ linkId }, { headers: { "client-id": "client-webhooks" } })).events[0]!.attempts.map((a) => a.error);
+      expect(await errors(byName.linkId)).toEqual(["refused to connect to localhost: every address it resolves to is refused (loopback)"]);
+      expect(await errors(byAddress.linkId)).toEqual(["127.0.0.1 is in the loopback range"]);
     } finally {
       await notifier.close();
       await webhooks.close();

@@ -1,5 +1,8 @@
 // The notifier against a real NATS, a real LinkService on Postgres and real
 // HTTP receivers: the request it sends, and how it treats each kind of answer.
+import { randomUUID } from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it } from "vitest";
 import { LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
@@ -131,6 +134,40 @@ describe("answers and retries", () => {
     expect(dead.header.get("Paylink-Event-Id")).toBe(attempts[0]!.headers["webhook-id"]);
     expect(dead.header.get("Paylink-Last-Error")).toMatch(/^HTTP 503/);
     expect(dead.header.get("Paylink-Attempts")).toBe(String(SCHEDULE.length + 1));
+  });
+
+  it("dead-letters a DNS failure and a refused connection by their kind, with no host or ip:port on NATS", async () => {
+    const { topology, webhooks, notifier } = await setup();
+    const closedPort = await new Promise<number>((resolve) => {
+      const s = http.createServer().listen(0, "127.0.0.1", () => {
+        const { port } = s.address() as AddressInfo;
+        s.close(() => resolve(port));
+      });
+    });
+    const host = `hooks-${randomUUID()}.invalid`;
+    const unknown = await webhooks.pay({ webhook: `http://${host}/hook`, api_key: "k" });
+    const refused = await webhooks.pay({ webhook: `http://127.0.0.1:${closedPort}/hook`, api_key: "k" });
+    await waitFor(() => notifier.metrics.counts.dead_lettered === 2);
+
+    const jsm = await env.nc.jetstreamManager();
+    const info = await jsm.streams.info(topology.deadLetterStream);
+    const lastErrors: string[] = [];
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+      const dead = await jsm.streams.getMessage(topology.deadLetterStream, { seq });
+      expect(dead.header.get("Paylink-Attempts")).toBe(String(SCHEDULE.length + 1));
+      lastErrors.push(dead.header.get("Paylink-Last-Error"));
+      const text = `${Buffer.from(dead.data).toString("latin1")}\n${[...dead.header.keys()].map((k) => dead.header.get(k)).join("\n")}`;
+      for (const address of [host, "127.0.0.1", `:${closedPort}`]) expect(text).not.toContain(address);
+    }
+    expect(lastErrors.sort()).toStrictEqual(["DNS lookup failed (ENOTFOUND)", "connection refused"]);
+
+    // The merchant's own log keeps the address: it is theirs, and says what to fix.
+    const errors = async (linkId: string) =>
+      (await webhooks.client.listLinkEvents({ linkId }, { headers: { "client-id": "client-webhooks" } })).events[0]!.attempts.map((a) => a.error);
+    expect(await errors(unknown.linkId)).toEqual(Array(SCHEDULE.length + 1).fill(`ENOTFOUND: getaddrinfo ENOTFOUND ${host}`));
+    expect(await errors(refused.linkId)).toEqual(
+      Array(SCHEDULE.length + 1).fill(`ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:${closedPort}`),
+    );
   });
 
   it("counts a 3xx as a failure and does not follow it", async () => {

@@ -24,6 +24,7 @@ import type { Db, Executor } from "./db.js";
 import { enqueue } from "./outbox.js";
 import type { LinkRow } from "./records.js";
 import type { deliveries } from "./schema.js";
+import { storableAttemptError } from "../shared/attempt-error.js";
 import * as store from "./store.js";
 import type { DeliveryRow } from "./store.js";
 
@@ -172,7 +173,7 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       generation: req.generation,
       at: req.at ? timestampDate(req.at) : now,
       statusCode: req.statusCode ?? null,
-      error: req.error ?? null,
+      error: req.error === undefined ? null : storableAttemptError(req.error),
       durationMs: req.durationMs,
       leaseToken: req.leaseToken || null,
     });

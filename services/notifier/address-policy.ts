@@ -9,14 +9,38 @@ import dns from "node:dns";
 import type { LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
 
+/**
+ * Why an address is refused. `kind` names the sort of address and never the
+ * address itself, so it may go where addresses may not (NATS).
+ */
+export interface Refusal {
+  kind: string;
+  reason: string;
+}
+
 /** Thrown (through the socket) when every resolved address is refused. */
 export class RefusedAddressError extends Error {
   readonly code = "ERR_WEBHOOK_ADDRESS_REFUSED";
+  constructor(
+    readonly hostname: string,
+    readonly refusals: Refusal[],
+  ) {
+    super(`refused to connect to ${hostname}: ${refusals.map((r) => r.reason).join("; ")}`);
+  }
+
+  /** The kinds of address the name resolved to: what the merchant may be told, not our resolver's answer. */
+  get kinds(): string[] {
+    return [...new Set(this.refusals.map((r) => r.kind))];
+  }
 }
 
-// Named for the log message; their ranges (link-local, unique-local, CGNAT)
-// are refused anyway.
-const CLOUD_METADATA = new Set(["169.254.169.254", "fd00:ec2::254", "100.100.100.200"]);
+// The link-local, unique-local and CGNAT ones are refused by range anyway,
+// and named here for the message. Azure's WireServer is not: 168.63.129.16
+// is public address space, so no range check catches it, yet inside Azure
+// it answers any VM, without authentication, with the VM agent's
+// configuration (goal state, extension settings). Only this entry keeps a
+// webhook away from it.
+const CLOUD_METADATA = new Set(["169.254.169.254", "fd00:ec2::254", "100.100.100.200", "168.63.129.16"]);
 
 /**
  * Why an address may not be reached from production, or undefined when it
@@ -25,8 +49,8 @@ const CLOUD_METADATA = new Set(["169.254.169.254", "fd00:ec2::254", "100.100.100
  * unique-local and the IPv6 transition ranges are all refused. IPv4-mapped
  * and NAT64 addresses are judged by the IPv4 address inside them.
  */
-export function refusalReason(ip: string): string | undefined {
-  if (!ipaddr.isValid(ip)) return `not an IP address: ${ip}`;
+export function refusal(ip: string): Refusal | undefined {
+  if (!ipaddr.isValid(ip)) return { kind: "not an IP address", reason: `not an IP address: ${ip}` };
   let addr = ipaddr.process(ip); // ::ffff:a.b.c.d becomes a.b.c.d
   if (addr.kind() === "ipv6" && addr.range() === "rfc6052" && ip.toLowerCase().startsWith("64:ff9b::")) {
     const bytes = addr.toByteArray().slice(12);
@@ -38,19 +62,19 @@ export function refusalReason(ip: string): string | undefined {
     const bytes = addr.toByteArray();
     if (bytes.slice(0, 12).every((b) => b === 0) && addr.range() === "unicast") {
       const inner = ipaddr.fromByteArray(bytes.slice(12));
-      return `${addr.toString()} is IPv4-compatible (${inner.toString()}), a deprecated form`;
+      return { kind: "IPv4-compatible", reason: `${addr.toString()} is IPv4-compatible (${inner.toString()}), a deprecated form` };
     }
   }
   const normal = addr.toString();
-  if (CLOUD_METADATA.has(normal)) return `${normal} is a cloud metadata address`;
+  if (CLOUD_METADATA.has(normal)) return { kind: "cloud metadata", reason: `${normal} is a cloud metadata address` };
   const range = addr.range();
-  if (range !== "unicast") return `${normal} is in the ${range} range`;
+  if (range !== "unicast") return { kind: range, reason: `${normal} is in the ${range} range` };
   return undefined;
 }
 
 export interface AddressPolicy {
   /** Why a literal address is refused, or undefined. */
-  refuse(ip: string): string | undefined;
+  refuse(ip: string): Refusal | undefined;
   /** The lookup a socket uses; undefined means the system's own. */
   lookup: LookupFunction | undefined;
 }
@@ -58,7 +82,7 @@ export interface AddressPolicy {
 /** Test deployments deliver to loopback and private receivers; production does not. */
 export function addressPolicy(env: "test" | "production"): AddressPolicy {
   if (env === "test") return { refuse: () => undefined, lookup: undefined };
-  return { refuse: refusalReason, lookup: guardedLookup };
+  return { refuse: refusal, lookup: guardedLookup };
 }
 
 /**
@@ -69,10 +93,9 @@ export function addressPolicy(env: "test" | "production"): AddressPolicy {
 export const guardedLookup: LookupFunction = (hostname, options, callback) => {
   dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
     if (err) return callback(err, "", 0);
-    const allowed = addresses.filter((a) => refusalReason(a.address) === undefined);
+    const allowed = addresses.filter((a) => refusal(a.address) === undefined);
     if (allowed.length === 0) {
-      const reasons = addresses.map((a) => refusalReason(a.address)).join("; ");
-      return callback(new RefusedAddressError(`refused to connect to ${hostname}: ${reasons}`), "", 0);
+      return callback(new RefusedAddressError(hostname, addresses.map((a) => refusal(a.address)!)), "", 0);
     }
     if (options.all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, allowed);
     callback(null, allowed[0]!.address, allowed[0]!.family);

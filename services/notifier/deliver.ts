@@ -20,14 +20,20 @@ export interface Webhook {
   transactionId: string;
 }
 
+/**
+ * `error` is for the merchant's delivery log and may name their host and the
+ * address it resolved to. `category` says only what kind of failure it was,
+ * never where: it is what may travel through NATS (the dead letter), which
+ * the contract keeps free of webhook addresses.
+ */
 export type Outcome =
   | { kind: "delivered"; status: number }
   /** 410: the receiver asked us to stop. */
   | { kind: "gone"; status: number }
   /** Worth retrying: any other status (in `status`), a timeout, a network error. */
-  | { kind: "failed"; error: string; status?: number }
+  | { kind: "failed"; error: string; category: string; status?: number }
   /** Never worth retrying: the URL or its address is not allowed. */
-  | { kind: "refused"; error: string };
+  | { kind: "refused"; error: string; category: string };
 
 export interface DelivererOptions {
   policy: AddressPolicy;
@@ -36,6 +42,11 @@ export interface DelivererOptions {
 }
 
 const ERROR_SNIPPET = 200;
+/**
+ * What is read of an answer after it has settled, so that a small body
+ * leaves the socket fit for keep-alive; a larger one costs the connection.
+ */
+const DISCARD_MAX = 64 * 1024;
 
 export function createDeliverer(opts: DelivererOptions) {
   const timeoutMs = opts.timeoutMs ?? 10_000;
@@ -52,15 +63,16 @@ export function createDeliverer(opts: DelivererOptions) {
     try {
       url = new URL(hook.url);
     } catch {
-      return { kind: "refused", error: `not a valid URL: ${hook.url}` };
+      return { kind: "refused", error: `not a valid URL: ${hook.url}`, category: "not a valid URL" };
     }
     if (url.protocol !== "http:" && url.protocol !== "https:") {
-      return { kind: "refused", error: `unsupported scheme ${url.protocol}` };
+      const error = `unsupported scheme ${url.protocol}`;
+      return { kind: "refused", error, category: error };
     }
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
     if (isIP(host)) {
-      const reason = opts.policy.refuse(host);
-      if (reason) return { kind: "refused", error: reason };
+      const refused = opts.policy.refuse(host);
+      if (refused) return { kind: "refused", error: refused.reason, category: `${REFUSED_BY_POLICY}: ${refused.kind}` };
     }
 
     const body = JSON.stringify({
@@ -90,39 +102,61 @@ export function createDeliverer(opts: DelivererOptions) {
     const client = protocol === "https:" ? https : http;
     return new Promise<Outcome>((resolve) => {
       let settled = false;
-      let timer: NodeJS.Timeout | undefined;
       const finish = (outcome: Outcome) => {
         if (settled) return;
         settled = true;
-        clearTimeout(timer);
         resolve(outcome);
       };
+      // Once a status line is in, the time limit settles on it rather than on "no answer".
+      let answered: (() => Outcome) | undefined;
       const onResponse = (res: http.IncomingMessage) => {
         const status = res.statusCode ?? 0;
+        res.on("close", () => clearTimeout(timer));
+        // Whatever settled the answer, the rest of the body is read only so
+        // far: a receiver streaming without end holds no socket for long.
+        let read = 0;
+        const drain = (length: number) => {
+          read += length;
+          if (settled && read > DISCARD_MAX) res.destroy();
+        };
+        if ((status >= 200 && status < 300) || status === 410) {
+          // The contract acknowledges on a 2xx within the limit, not on the
+          // body: a slow or endless body after it must not turn it into a
+          // failure, nor hold the attempt. A 410 is its status alone too.
+          finish(classify(status, ""));
+          res.on("data", (chunk: Buffer) => drain(chunk.length));
+          return;
+        }
         let snippet = "";
+        const answer = () => classify(status, snippet);
+        answered = answer;
         res.setEncoding("utf8");
         res.on("data", (chunk: string) => {
-          if (snippet.length < ERROR_SNIPPET) snippet += chunk.slice(0, ERROR_SNIPPET - snippet.length);
+          snippet += chunk.slice(0, ERROR_SNIPPET - snippet.length);
+          if (snippet.length >= ERROR_SNIPPET) finish(answer());
+          drain(chunk.length);
         });
-        // The answer counts once the whole response is in, within the time limit.
-        res.on("end", () => finish(classify(status, snippet)));
-        res.on("error", (err) => finish({ kind: "failed", error: `response: ${err.message}` }));
+        res.on("end", () => finish(answer()));
+        // The status is the receiver's answer even when its body breaks off.
+        res.on("error", () => finish(answer()));
       };
       let req: http.ClientRequest;
       try {
         req = client.request(url, { method: "POST", headers, agent: agents[protocol], lookup: opts.policy.lookup }, onResponse);
       } catch (err) {
         // A header Node will not send: no later attempt can do better.
-        finish({ kind: "refused", error: `cannot build the request: ${(err as Error).message}` });
+        finish({ kind: "refused", error: `cannot build the request: ${(err as Error).message}`, category: "cannot build the request" });
         return;
       }
-      timer = setTimeout(() => {
-        finish({ kind: "failed", error: `no answer within ${timeoutMs} ms` });
+      // The limit covers the whole exchange, body included, settled or not.
+      const timer = setTimeout(() => {
+        const error = `no answer within ${timeoutMs} ms`;
+        finish(answered?.() ?? { kind: "failed", error, category: error });
         req.destroy();
       }, timeoutMs);
       req.on("error", (err) => {
-        if (err instanceof RefusedAddressError) finish({ kind: "refused", error: err.message });
-        else finish({ kind: "failed", error: `${(err as NodeJS.ErrnoException).code ?? "error"}: ${err.message}` });
+        clearTimeout(timer);
+        finish(failure(err));
       });
       req.end(body);
     });
@@ -142,9 +176,36 @@ function classify(status: number, snippet: string): Outcome {
   if (status === 410) return { kind: "gone", status };
   const detail = snippet.trim() ? `: ${snippet.trim()}` : "";
   if (status >= 300 && status < 400) {
-    return { kind: "failed", status, error: `HTTP ${status} (redirects are not followed)${detail}` };
+    const category = `HTTP ${status} (redirects are not followed)`;
+    return { kind: "failed", status, error: `${category}${detail}`, category };
   }
-  return { kind: "failed", status, error: `HTTP ${status}${detail}` };
+  return { kind: "failed", status, error: `HTTP ${status}${detail}`, category: `HTTP ${status}` };
+}
+
+const REFUSED_BY_POLICY = "refused by the address policy";
+
+/**
+ * A request that got no answer. Node's messages name the host or ip:port
+ * ("getaddrinfo ENOTFOUND shop.example", "connect ECONNREFUSED
+ * 203.0.113.7:443", a certificate's alt names): they stay in `error`, and
+ * the category keeps only the error code.
+ */
+function failure(err: Error): Outcome {
+  if (err instanceof RefusedAddressError) {
+    const kinds = err.kinds.join(", ");
+    // The merchant learns what sort of address their name led to, but not
+    // our resolver's answer: that may be our own network's layout.
+    const error = `refused to connect to ${err.hostname}: every address it resolves to is refused (${kinds})`;
+    return { kind: "refused", error, category: `${REFUSED_BY_POLICY}: ${kinds}` };
+  }
+  const { code, syscall } = err as NodeJS.ErrnoException;
+  const error = `${code ?? "error"}: ${err.message}`;
+  const name = code && /^[A-Z0-9_]{1,64}$/.test(code) ? code : "unknown";
+  let category = `network error (${name})`;
+  if (syscall === "getaddrinfo" || name === "ENOTFOUND" || name.startsWith("EAI_")) category = `DNS lookup failed (${name})`;
+  else if (name === "ECONNREFUSED") category = "connection refused";
+  else if (/^ERR_(TLS|SSL)_|CERT|^UNABLE_TO_|^EPROTO$/.test(name)) category = `TLS error (${name})`;
+  return { kind: "failed", error, category };
 }
 
 export type Deliverer = ReturnType<typeof createDeliverer>;

@@ -17,6 +17,7 @@ import {
   StartAttemptAction,
 } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
+import { storableAttemptError } from "../shared/attempt-error.js";
 import type { Logger } from "../shared/logger.js";
 import type { Deliverer, Outcome } from "./deliver.js";
 import type { Topology } from "../shared/jetstream.js";
@@ -42,14 +43,14 @@ export interface HandlerDeps {
 /** ±10 %: receivers that failed together should not be retried together. */
 const JITTER = 0.1;
 const HEADER_MAX = 1024;
-const ERROR_MAX = 1000;
 
 export function createHandler(deps: HandlerDeps) {
   const { js, deliverer, deliveries, topology, retrySchedule, metrics, logger } = deps;
   const random = deps.random ?? Math.random;
   const recordForMs = deps.recordForMs ?? 20_000;
 
-  async function deadLetter(msg: JsMsg, eventId: string, msgId: string, body: Uint8Array, attempts: number, lastError: string) {
+  /** `lastError` goes into the stream, so it must name no webhook address: an Outcome's category, not its error. */
+  async function deadLetter(msg: JsMsg, eventId: string, msgId: string, body: Uint8Array, attempts: number, lastError: string, detail = lastError) {
     const h = natsHeaders();
     h.set("Paylink-Event-Id", eventId);
     h.set("Paylink-Original-Subject", msg.subject);
@@ -57,7 +58,7 @@ export function createHandler(deps: HandlerDeps) {
     h.set("Paylink-Last-Error", headerSafe(lastError));
     await js.publish(`${topology.deadLetterSubjectPrefix}.payment.completed`, body, { msgID: msgId, headers: h });
     metrics.inc("dead_lettered");
-    logger.error({ eventId, attempts, lastError }, "webhook dead-lettered");
+    logger.error({ eventId, attempts, lastError: detail }, "webhook dead-lettered");
   }
 
   /**
@@ -149,7 +150,7 @@ export function createHandler(deps: HandlerDeps) {
       at: timestampFromDate(at),
       durationMs: Math.max(0, Date.now() - at.getTime()),
       statusCode: statusOf(outcome),
-      error: "error" in outcome ? outcome.error.slice(0, ERROR_MAX) : undefined,
+      error: "error" in outcome ? storableAttemptError(outcome.error) : undefined,
     });
 
     metrics.attempt(outcome.kind, result.durationMs / 1000);
@@ -159,7 +160,7 @@ export function createHandler(deps: HandlerDeps) {
       // Policy (refused) or the end of the schedule: dead-letter, ids only.
       if (outcome.kind === "refused") metrics.inc("refused");
       else metrics.inc("failed_attempt");
-      await deadLetter(msg, event.id, `${event.id}.${generation}`, toBinary(EventSchema, ids), attempt, outcome.error);
+      await deadLetter(msg, event.id, `${event.id}.${generation}`, toBinary(EventSchema, ids), attempt, outcome.category, outcome.error);
       result.outcome = AttemptOutcome.FAILED;
       await record(msg, result);
       msg.ack();

@@ -1,0 +1,170 @@
+// One delivery attempt against receivers that misbehave after the status
+// line: the contract acknowledges on a 2xx within 10 seconds, so the body
+// neither decides nor delays the outcome, and is never read for long. And
+// what each kind of failure says, with and without its address.
+import http from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { addressPolicy } from "../services/notifier/address-policy.js";
+import { createDeliverer, type Deliverer } from "../services/notifier/deliver.js";
+
+const TIMEOUT_MS = 2000;
+
+const cleanups: (() => void | Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** A receiver whose every request `answer` handles; `closed` tells when the notifier let go of a connection. */
+async function receiver(answer: (res: http.ServerResponse) => void) {
+  const closed: number[] = [];
+  const server = http.createServer((req, res) => {
+    req.resume();
+    answer(res);
+  });
+  server.on("connection", (socket: Socket) => socket.on("close", () => closed.push(performance.now())));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  cleanups.push(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, closed };
+}
+
+function deliverer(env: "test" | "production" = "test"): Deliverer {
+  const d = createDeliverer({ policy: addressPolicy(env), timeoutMs: TIMEOUT_MS });
+  cleanups.push(() => d.close());
+  return d;
+}
+
+const hook = (url: string) => ({
+  url,
+  id: "3f1d3b7e-2b8a-4a47-9a57-0f7b9f1e2d3c",
+  apiKey: "k",
+  linkId: "lnk-1",
+  paymentId: "pay-1",
+  transactionId: "txn-1",
+});
+
+async function timed<T>(work: Promise<T>): Promise<[T, number]> {
+  const start = performance.now();
+  const value = await work;
+  return [value, performance.now() - start];
+}
+
+describe("a 2xx whose body misbehaves", () => {
+  it("counts as delivered as soon as the headers arrive, though the body never ends", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.write("still going");
+    });
+    const [outcome, ms] = await timed(deliverer().deliver(hook(r.url)));
+    expect(outcome).toStrictEqual({ kind: "delivered", status: 200 });
+    expect(ms).toBeLessThan(TIMEOUT_MS / 2);
+  });
+
+  it("lets go of the connection by the time limit at the latest", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(202);
+      res.flushHeaders();
+    });
+    const start = performance.now();
+    const outcome = await deliverer().deliver(hook(r.url));
+    expect(outcome).toStrictEqual({ kind: "delivered", status: 202 });
+    await expect.poll(() => r.closed.length, { timeout: TIMEOUT_MS * 2 }).toBe(1);
+    expect(r.closed[0]! - start).toBeLessThan(TIMEOUT_MS + 1000);
+  });
+
+  it("stops reading a huge body after a small part of it", async () => {
+    let written = 0;
+    const r = await receiver((res) => {
+      res.writeHead(200);
+      const chunk = Buffer.alloc(64 * 1024, "a");
+      const pump = () => {
+        while (written < 512 * 1024 * 1024 && res.write(chunk)) written += chunk.length;
+      };
+      res.on("drain", pump);
+      pump();
+    });
+    const [outcome, ms] = await timed(deliverer().deliver(hook(r.url)));
+    expect(outcome).toStrictEqual({ kind: "delivered", status: 200 });
+    expect(ms).toBeLessThan(TIMEOUT_MS / 2);
+    await expect.poll(() => r.closed.length, { timeout: TIMEOUT_MS / 2 }).toBe(1);
+    expect(written).toBeLessThan(64 * 1024 * 1024);
+  });
+
+  it("stays delivered when the receiver breaks the connection mid-body", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(200);
+      res.write("partial");
+      setTimeout(() => res.socket?.destroy(), 50);
+    });
+    expect(await deliverer().deliver(hook(r.url))).toStrictEqual({ kind: "delivered", status: 200 });
+  });
+});
+
+describe("any other status", () => {
+  it("is judged on its status with the start of its body, at the time limit if the body never ends", async () => {
+    const slow = await receiver((res) => {
+      res.writeHead(503);
+      res.write("busy");
+    });
+    const [outcome, ms] = await timed(deliverer().deliver(hook(slow.url)));
+    expect(outcome).toStrictEqual({ kind: "failed", status: 503, error: "HTTP 503: busy", category: "HTTP 503" });
+    expect(ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
+  });
+
+  it("410 stops delivery on its status line, as a 2xx delivers", async () => {
+    const gone = await receiver((res) => {
+      res.writeHead(410);
+      res.flushHeaders();
+    });
+    const [outcome, ms] = await timed(deliverer().deliver(hook(gone.url)));
+    expect(outcome).toStrictEqual({ kind: "gone", status: 410 });
+    expect(ms).toBeLessThan(TIMEOUT_MS / 2);
+  });
+
+  it("settles once the snippet is read, without waiting for the rest", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(500);
+      res.write("e".repeat(300));
+    });
+    const [outcome, ms] = await timed(deliverer().deliver(hook(r.url)));
+    expect(outcome).toMatchObject({ kind: "failed", status: 500, error: `HTTP 500: ${"e".repeat(200)}` });
+    expect(ms).toBeLessThan(TIMEOUT_MS / 2);
+  });
+});
+
+describe("a request that gets no answer", () => {
+  it("names the address in its error, and only the kind of failure in its category", async () => {
+    const closedPort = await new Promise<number>((resolve) => {
+      const s = http.createServer().listen(0, "127.0.0.1", () => {
+        const { port } = s.address() as AddressInfo;
+        s.close(() => resolve(port));
+      });
+    });
+    const refused = await deliverer().deliver(hook(`http://127.0.0.1:${closedPort}/hook`));
+    expect(refused).toMatchObject({ kind: "failed", category: "connection refused" });
+    expect((refused as { error: string }).error).toContain(`127.0.0.1:${closedPort}`);
+
+    const unknown = await deliverer().deliver(hook("http://no-such-host.invalid/hook"));
+    expect(unknown).toMatchObject({ kind: "failed", category: "DNS lookup failed (ENOTFOUND)" });
+    expect((unknown as { error: string }).error).toContain("no-such-host.invalid");
+
+    const policy = await deliverer("production").deliver(hook("http://localhost:9/hook"));
+    expect(policy).toStrictEqual({
+      kind: "refused",
+      error: "refused to connect to localhost: every address it resolves to is refused (loopback)",
+      category: "refused by the address policy: loopback",
+    });
+    const literal = await deliverer("production").deliver(hook("http://10.1.2.3:8080/hook"));
+    expect(literal).toStrictEqual({
+      kind: "refused",
+      error: "10.1.2.3 is in the private range",
+      category: "refused by the address policy: private",
+    });
+  });
+});
