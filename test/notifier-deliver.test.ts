@@ -7,6 +7,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { addressPolicy } from "../services/notifier/address-policy.js";
 import { createDeliverer, type Deliverer } from "../services/notifier/deliver.js";
+import { hook } from "./support/webhooks.js";
 
 const TIMEOUT_MS = 2000;
 
@@ -40,14 +41,6 @@ function deliverer(env: "test" | "production" = "test"): Deliverer {
   return d;
 }
 
-const hook = (url: string) => ({
-  url,
-  id: "3f1d3b7e-2b8a-4a47-9a57-0f7b9f1e2d3c",
-  apiKey: "k",
-  linkId: "lnk-1",
-  paymentId: "pay-1",
-  transactionId: "txn-1",
-});
 
 async function timed<T>(work: Promise<T>): Promise<[T, number]> {
   const start = performance.now();

@@ -7,6 +7,7 @@ import { createDeliverer } from "../services/notifier/deliver.js";
 import { startNotifier } from "../services/notifier/notifier.js";
 import { uniqueTopology, waitFor } from "./support/nats.js";
 import {
+  hook,
   type Receiver,
   silent,
   startReceiver,
@@ -71,15 +72,6 @@ describe("one delivery attempt", () => {
     receiver = await startReceiver();
   });
   afterAll(() => receiver?.close());
-
-  const hook = (url: string) => ({
-    url,
-    id: "3f1d3b7e-2b8a-4a47-9a57-0f7b9f1e2d3c",
-    apiKey: "k",
-    linkId: "lnk-1",
-    paymentId: "pay-1",
-    transactionId: "txn-1",
-  });
 
   it("production refuses loopback, private and metadata targets, literal or by name", async () => {
     const deliverer = createDeliverer({ policy: addressPolicy("production") });

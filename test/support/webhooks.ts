@@ -189,3 +189,13 @@ export async function startDeliveryStack(
   }
   return { topology, receiver, webhooks, notifier };
 }
+
+/** A webhook to `url` with made-up ids, for one delivery attempt. */
+export const hook = (url: string) => ({
+  url,
+  id: "3f1d3b7e-2b8a-4a47-9a57-0f7b9f1e2d3c",
+  apiKey: "k",
+  linkId: "lnk-1",
+  paymentId: "pay-1",
+  transactionId: "txn-1",
+});
