@@ -136,7 +136,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   // Under /v1 too, where every answer says no-store (rest.ts): one rule for every path nothing serves.
   app.setNotFoundHandler((_req, reply) => sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" }));
 
-  registerOpenApi(app);
+  registerOpenApi(app, deps.auth);
   app.register(probes, deps);
   registerRateLimits(app);
   app.register(rest, { ...deps, prefix: "/v1" });

@@ -188,7 +188,8 @@ export const PayResult = Type.Object(
     payment_id: Str(""),
     transaction_id: Str(""),
     status: Type.Literal("succeeded"),
-    redirect_url: Type.Optional(Str("Where the page sends the customer next", { format: "uri" })),
+    // The link's redirect_url as the merchant gave it (read as a browser reads it, see HttpUrl), with the ids added.
+    redirect_url: Type.Optional(Str("Where the page sends the customer next: the link's redirect_url with link_id and payment_id added")),
   },
   { additionalProperties: false },
 );

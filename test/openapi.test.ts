@@ -46,6 +46,24 @@ describe("/openapi.json", () => {
     );
   });
 
+  it("declares Client-Id once, as a header parameter, and a Bearer key only where PAYLINK_AUTH=api-key asks for one", async () => {
+    // Declared as a security scheme too, the docs page sent Client-Id twice, joined into "m1, m1": another client.
+    const schemes = async (url: string) => {
+      const doc = await (await fetch(`${url}/openapi.json`)).json();
+      const inHeader = Object.values((doc.components?.securitySchemes ?? {}) as Record<string, { in?: string; name?: string }>)
+        .filter((s) => s.in === "header")
+        .map((s) => s.name);
+      return { security: doc.security ?? [], inHeader };
+    };
+    expect(await schemes(stack.gatewayUrl)).toEqual({ security: [], inHeader: [] });
+    const keyed = await startStack({ auth: "api-key" });
+    try {
+      expect(await schemes(keyed.gatewayUrl)).toEqual({ security: [{ apiKey: [] }], inHeader: [] });
+    } finally {
+      await keyed.close();
+    }
+  });
+
   it("passes a standard OpenAPI linter (redocly lint, recommended rules)", async () => {
     const dir = await mkdtemp(join(tmpdir(), "paylink-openapi-"));
     try {
