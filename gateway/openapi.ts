@@ -7,7 +7,7 @@ import swagger from "@fastify/swagger";
 import swaggerUi from "@fastify/swagger-ui";
 import type { FastifyInstance } from "fastify";
 import type { AuthMode } from "../services/shared/config.js";
-import { route } from "./routing.js";
+import { refuseOtherMethods, route } from "./routing.js";
 import { SHARED_SCHEMAS } from "./schemas.js";
 
 export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
@@ -49,6 +49,15 @@ export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
   });
+  // The docs page's routes are the plugin's, made with GET alone: any other
+  // method on them is the contract's 405 with Allow, as on every known path.
+  const docsPaths = new Set<string>();
+  app.addHook("onRoute", (r) => {
+    if (r.url.startsWith("/docs") && [r.method].flat().includes("GET")) docsPaths.add(r.url);
+  });
   app.register(swaggerUi, { routePrefix: "/docs", logLevel: "warn" });
+  app.after(() => {
+    for (const url of docsPaths) refuseOtherMethods(app, url, ["GET"], "warn");
+  });
   route(app, "/openapi.json", { GET: async () => app.swagger() }, { logLevel: "warn", schema: { GET: { hide: true } } });
 }

@@ -2,6 +2,7 @@
 // /readyz only while the LinkService answers its gRPC health check.
 import type { FastifyPluginAsync } from "fastify";
 import type { GatewayDeps } from "./deps.js";
+import { RETRY_AFTER_SECONDS } from "./errors.js";
 import { route } from "./routing.js";
 import { ROUTE_SCHEMAS } from "./schemas.js";
 
@@ -12,7 +13,9 @@ export const probes: FastifyPluginAsync<GatewayDeps> = async (app, deps) => {
   route(app, "/readyz", {
     async GET(_req, reply) {
       const ready = await deps.clients.ready();
-      return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
+      if (ready) return reply.send({ status: "ready" });
+      // A dependency down, as the contract's every other 503: worth asking again shortly.
+      return reply.code(503).header("retry-after", RETRY_AFTER_SECONDS).send({ status: "not ready" });
     },
   }, { ...probe, schema: ROUTE_SCHEMAS.readyz });
 };

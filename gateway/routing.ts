@@ -68,8 +68,13 @@ export function route(
 ): void {
   const allowed = Object.keys(handlers) as ("GET" | "POST")[];
   for (const method of allowed) app.route({ method, url, handler: handlers[method]!, schema: schema?.[method], ...options });
+  refuseOtherMethods(app, url, allowed);
+}
+
+/** Every method but `allowed` (and HEAD beside GET) answers 405 with Allow on `url`. */
+export function refuseOtherMethods(app: FastifyInstance, url: string, allowed: readonly string[], logLevel?: LogLevel): void {
   // Fastify answers HEAD for every GET route.
-  const served = ALL_METHODS.filter((m) => allowed.includes(m as "GET") || (m === "HEAD" && allowed.includes("GET")));
+  const served = ALL_METHODS.filter((m) => allowed.includes(m) || (m === "HEAD" && allowed.includes("GET")));
   const allow = served.join(", ");
   const others = ALL_METHODS.filter((m) => !served.includes(m));
   app.route({
@@ -79,5 +84,6 @@ export function route(
     onRequest: async (_req, reply) => sendError(reply.header("allow", allow), { status: 405, message: "Method not allowed" }),
     handler: async () => undefined,
     schema: { hide: true },
+    ...(logLevel && { logLevel }),
   });
 }

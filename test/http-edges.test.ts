@@ -193,6 +193,7 @@ describe("when the LinkService is down", () => {
 
     const ready = await api(pair, "GET", "/readyz");
     expect(outcome(ready)).toEqual({ status: 503, body: { status: "not ready" } });
+    expect(ready.headers.get("retry-after")).toBe("1");
     expect(ready.headers.get("x-request-id")).toMatch(UUID);
     expect(outcome(await api(pair, "GET", "/healthz"))).toEqual({ status: 200, body: { status: "ok" } });
     for (const res of [

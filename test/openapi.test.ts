@@ -97,3 +97,16 @@ describe("/docs", () => {
     }
   });
 });
+
+describe("/docs", () => {
+  it.each([
+    ["POST", "/docs"],
+    ["PUT", "/docs/json"],
+    ["DELETE", "/docs/static/index.html"],
+  ])("answers %s %s with the contract's 405 and Allow, as every known path does", async (method, path) => {
+    const res = await fetch(`${stack.gatewayUrl}${path}`, { method });
+    expect(res.status).toBe(405);
+    expect(res.headers.get("allow")).toBe("GET, HEAD");
+    expect(await res.json()).toEqual({ error: "Method not allowed" });
+  });
+});
