@@ -200,16 +200,29 @@ export const Probe = Type.Object({ status: Type.String() }, { additionalProperti
 export const SHARED_SCHEMAS: TSchema[] = [ErrorBody, Link, Payment, LinkEvent];
 
 const ref = (id: string) => Type.Ref(id);
-const errorRef = (description: string) => ({ ...ref("Error"), description });
-/** The refusals a route may answer, each `{"error": message}`, and any other as default. */
+const errorRef = (description: string, headers?: Record<string, TSchema>) => ({ ...ref("Error"), description, ...(headers && { headers }) });
+const RETRY_AFTER = { "retry-after": Str("Seconds to wait before asking again") };
+/** The headers a refusal carries, by status: what a client needs to act on it. */
+const ERROR_HEADERS: Record<number, Record<string, TSchema>> = {
+  401: { "www-authenticate": Type.Literal("Bearer") },
+  405: { allow: Str("The methods this path takes, e.g. `GET, HEAD`") },
+  429: RETRY_AFTER,
+  503: RETRY_AFTER,
+};
+/** The refusals a route may answer, each `{"error": message}`; 503 on every route; any other as default. */
 const errors = (statuses: Record<number, string>) => ({
-  ...Object.fromEntries(Object.entries(statuses).map(([status, description]) => [status, errorRef(description)])),
-  default: errorRef("Any other refusal (405, 413, 415, 429, 500, 503, ...): `{\"error\": message}`"),
+  ...Object.fromEntries(
+    Object.entries({ ...statuses, 503: "`Service unavailable`: a dependency is down, or this copy is draining" }).map(
+      ([status, description]) => [status, errorRef(description, ERROR_HEADERS[Number(status)])],
+    ),
+  ),
+  default: errorRef("Any other refusal (405 with `Allow`, 413, 415, 429 with `Retry-After`, 500, ...): `{\"error\": message}`"),
 });
 const MERCHANT_ERRORS = {
   400: "`Client ID header is required`, invalid JSON, or a field's rule",
   401: "`Invalid API key` (PAYLINK_AUTH=api-key)",
   403: "`Unauthorized access`: another client's key or link",
+  429: "`Too many requests` (RATE_LIMIT_CLIENT)",
 };
 const LINK_ERRORS = { ...MERCHANT_ERRORS, 404: "`Link not found`" };
 const LIVE_LINK_ERRORS = { ...LINK_ERRORS, 409: "`Link has already been used`", 410: "`Link has expired`" };
@@ -233,7 +246,14 @@ export const ROUTE_SCHEMAS = {
       }),
       body: CreateLink,
       response: {
-        201: { ...ref("Link"), description: "Created; `Location: /v1/links/{id}`" },
+        201: {
+          ...ref("Link"),
+          description: "Created",
+          headers: {
+            location: Str("/v1/links/{id} of the new link"),
+            "idempotent-replayed": Type.Optional(Type.Literal("true", { description: "This answer is the stored answer to an earlier request with the same Idempotency-Key" })),
+          },
+        },
         ...errors({ ...MERCHANT_ERRORS, 409: "Idempotency-Key in progress", 422: "Idempotency-Key used with a different request" }),
       },
     },
@@ -314,6 +334,7 @@ export const ROUTE_SCHEMAS = {
       response: {
         200: { description: "The checkout page", content: { "text/html": { schema: Type.String() } } },
         404: { description: "A page: no such link", content: { "text/html": { schema: Type.String() } } },
+        503: { description: "A page: the service is unavailable; try again", headers: RETRY_AFTER, content: { "text/html": { schema: Type.String() } } },
         default: { description: "A page: used (409), expired (410), or an error", content: { "text/html": { schema: Type.String() } } },
       },
     },
@@ -341,7 +362,7 @@ export const ROUTE_SCHEMAS = {
       tags: ["probes"],
       summary: "Ready: the LinkService answers",
       ...open,
-      response: { 200: { ...Probe, description: "Ready" }, 503: { ...Probe, description: "Not ready" }, ...errors({ 405: "`Method not allowed`" }) },
+      response: { 200: { ...Probe, description: "Ready" }, ...errors({ 405: "`Method not allowed`" }), 503: { ...Probe, description: "Not ready", headers: RETRY_AFTER } },
     },
   },
 } as const;

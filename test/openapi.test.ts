@@ -64,6 +64,19 @@ describe("/openapi.json", () => {
     }
   });
 
+  it("documents the headers a client acts on: Location, Retry-After, WWW-Authenticate", async () => {
+    const doc = await (await fetch(`${stack.gatewayUrl}/openapi.json`)).json();
+    const create = doc.paths["/v1/links"].post.responses;
+    expect(Object.keys(create["201"].headers)).toEqual(["location", "idempotent-replayed"]);
+    expect(Object.keys(create["401"].headers)).toEqual(["www-authenticate"]);
+    for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { headers?: object }> }>>)) {
+      for (const [method, operation] of Object.entries(methods)) {
+        expect(Object.keys(operation.responses["503"]?.headers ?? {}), `${method} ${path} 503`).toContain("retry-after");
+      }
+    }
+    expect(Object.keys(doc.paths["/link/{id}/pay"].post.responses["429"].headers)).toEqual(["retry-after"]);
+  });
+
   it("passes a standard OpenAPI linter (redocly lint, recommended rules)", async () => {
     const dir = await mkdtemp(join(tmpdir(), "paylink-openapi-"));
     try {

@@ -5,7 +5,11 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { expect } from "vitest";
 
-type Doc = { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>> };
+type Doc = {
+  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }>; headers?: Record<string, object> }> }>>;
+};
+/** Documented headers an answer may leave out; every other one it must carry. */
+const OPTIONAL_HEADERS = new Set(["idempotent-replayed"]);
 
 let loaded: Promise<{ doc: Doc; ajv: InstanceType<typeof Ajv2020>; routes: { pattern: RegExp; path: string }[] }> | undefined;
 
@@ -26,8 +30,12 @@ function load(gatewayUrl: string) {
 
 const pointer = (...parts: string[]) => parts.map((p) => p.replace(/~/g, "~0").replace(/\//g, "~1")).join("/");
 
-/** Fails the test when a JSON answer does not match what the document says of that path, method and status. */
-export async function expectDocumented(gatewayUrl: string, method: string, url: string, status: number, contentType: string | null, body: unknown) {
+/**
+ * Fails the test when a JSON answer does not match what the document says of
+ * that path, method and status: its body, and the headers it says the answer carries.
+ */
+export async function expectDocumented(gatewayUrl: string, method: string, url: string, status: number, headers: Headers, body: unknown) {
+  const contentType = headers.get("content-type");
   if (method === "HEAD" || !contentType?.startsWith("application/json")) return;
   const { doc, ajv, routes } = await load(gatewayUrl);
   const path = new URL(url, "http://x").pathname;
@@ -38,6 +46,9 @@ export async function expectDocumented(gatewayUrl: string, method: string, url: 
     const key = String(status) in operation.responses ? String(status) : "default";
     expect(operation.responses[key], `${method} ${route.path} ${status} is not in the document`).toBeDefined();
     expect(operation.responses[key]!.content?.["application/json"], `${method} ${route.path} ${status} answers JSON`).toBeDefined();
+    for (const name of Object.keys(operation.responses[key]!.headers ?? {})) {
+      if (!OPTIONAL_HEADERS.has(name)) expect(headers.get(name), `${method} ${route.path} ${status} carries ${name}`).not.toBeNull();
+    }
     ref = `openapi#/${pointer("paths", route.path, method.toLowerCase(), "responses", key, "content", "application/json", "schema")}`;
   } else {
     // Undocumented: only refusals (404, 405) answer there.

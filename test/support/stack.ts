@@ -149,7 +149,7 @@ export async function api(
   } catch {
     json = undefined;
   }
-  await expectDocumented(stack.gatewayUrl, method, path, res.status, res.headers.get("content-type"), json);
+  await expectDocumented(stack.gatewayUrl, method, path, res.status, res.headers, json);
   return { status: res.status, headers: res.headers, body: json, text };
 }
 
