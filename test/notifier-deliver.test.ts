@@ -100,6 +100,15 @@ describe("a 2xx whose body misbehaves", () => {
 });
 
 describe("any other status", () => {
+  it("keeps its status when the connection is reset mid-body", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(503);
+      res.write("partial");
+      setTimeout(() => res.socket?.resetAndDestroy(), 50);
+    });
+    expect(await deliverer().deliver(hook(r.url))).toMatchObject({ kind: "failed", status: 503, category: "HTTP 503" });
+  });
+
   it("is judged on its status with the start of its body, at the time limit if the body never ends", async () => {
     const slow = await receiver((res) => {
       res.writeHead(503);

@@ -55,8 +55,19 @@ async function stopAll(code: number) {
 }
 // A second Ctrl-C means "now": exiting SIGTERMs every child still running at
 // once (the supervisor's exit hook). Left to Node's default, it would kill
-// this process with no exit hook, and leave the children running.
-const onSignal = () => (stopping ? process.exit(130) : void stopAll(0));
+// this process with no exit hook, and leave the children running. One
+// Ctrl-C can arrive twice within milliseconds (the terminal signals the
+// process group, and npm forwards its own): a repeat within a second is
+// that one, not a second.
+const REPEAT_MS = 1000;
+let firstSignalAt = 0;
+const onSignal = () => {
+  if (!stopping) {
+    firstSignalAt = Date.now();
+    return void stopAll(0);
+  }
+  if (Date.now() - firstSignalAt > REPEAT_MS) process.exit(130);
+};
 process.on("SIGINT", onSignal);
 process.on("SIGTERM", onSignal);
 

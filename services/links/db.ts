@@ -40,16 +40,17 @@ export function createDb(url: string, options: { max?: number } = {}) {
   };
 }
 
-/** Applies the committed drizzle-kit migrations over a single connection. */
+/** The advisory lock LinkService copies take turns on to migrate: "paylink" in ASCII. */
+const MIGRATION_LOCK = 0x7061796c696e6bn;
+
 /**
+ * Applies the committed drizzle-kit migrations over a single connection.
  * Copies that start together (N LinkServices on a new database, or an
  * upgrade that brings a migration) would run the same DDL at once, and all
  * but one fail; drizzle's migrator takes no lock. Each waits its turn on a
  * session lock instead (one connection, so the lock and the migration share
  * it; closing it lets go) and finds the work done.
  */
-const MIGRATION_LOCK = 0x7061796c696e6bn; // "paylink"
-
 export async function migrateDb(url: string): Promise<void> {
   const client = postgres(url, { max: 1, onnotice: () => {} });
   try {

@@ -156,7 +156,8 @@ export function createDeliverer(opts: DelivererOptions) {
       }, timeoutMs);
       req.on("error", (err) => {
         clearTimeout(timer);
-        finish(failure(err));
+        // A status already in is the receiver's answer, even when the connection then breaks (a reset mid-body).
+        finish(answered?.() ?? failure(err));
       });
       req.end(body);
     });

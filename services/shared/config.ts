@@ -131,8 +131,10 @@ function baseUrl(env: NodeJS.ProcessEnv, name: string, fallback: string): string
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
-// The events stream keeps an event 7 days (jetstream.ts): a retry due later
-// than that would find it gone from the stream.
+// A bound a person can reason about: past a week a retry is no longer
+// "later", and each delay must fit a timer and the uint32 retry_in_ms the
+// delivery log carries. (The stream keeps an event 7 days from its first
+// publish; an event it no longer holds is published again by reconciliation.)
 const MAX_RETRY_DELAY = "7d";
 
 /** "5s,30s,2m" -> [5000, 30000, 120000]. */
