@@ -34,6 +34,17 @@ function commandsOf(role: Role): Record<string, string[]> {
   return commands;
 }
 
+/**
+ * A request whose body never arrives, open on the gateway: it keeps the
+ * gateway's drain waiting (it finishes what it accepted; REQUEST_TIMEOUT is 30 s).
+ */
+async function holdRequest(port: number): Promise<net.Socket> {
+  const socket = net.connect(port, "127.0.0.1");
+  await new Promise((resolve) => socket.once("connect", resolve));
+  socket.write("POST /v1/links HTTP/1.1\r\nHost: x\r\nClient-Id: held\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
+  return socket;
+}
+
 describe("the production command lines", () => {
   it.each(["links", "gateway", "notifier"] as Role[])("%s runs node <V8 flags> dist/... directly everywhere, behind an init in compose", (role) => {
     for (const [where, argv] of Object.entries(commandsOf(role))) {
@@ -147,10 +158,8 @@ describe("SIGTERM under load", () => {
     // A request whose body never arrives keeps the gateway's drain waiting (it finishes
     // what it accepted, and REQUEST_TIMEOUT is 30 s by default).
     const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url, gatewayEnv: { LOG_LEVEL: "info" } });
-    const socket = net.connect(services.gatewayPort, "127.0.0.1");
+    const socket = await holdRequest(services.gatewayPort);
     try {
-      await new Promise((resolve) => socket.once("connect", resolve));
-      socket.write("POST /v1/links HTTP/1.1\r\nHost: x\r\nClient-Id: drain\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
       await new Promise((resolve) => setTimeout(resolve, 300));
       const signalled = Date.now();
       services.gateway.signal("SIGTERM");
@@ -282,28 +291,41 @@ describe("SIGTERM under load", () => {
     }
   });
 
-  it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
-    const [gatewayPort, linksPort, notifierPort] = await Promise.all([1, 2, 3].map(() => freePort()));
-    const own = await createDatabase("paylink_start_twice");
+  /**
+   * `npm start` (start.js) on free ports, with a database and NATS names of
+   * its own: the tests above leave events (a delivery cut by their SIGKILL
+   * comes back after ack_wait) that its notifier would otherwise take up.
+   */
+  async function npmStart(name: string, env: Record<string, string> = {}) {
+    const [gatewayPort, linksPort, notifierPort] = (await Promise.all([1, 2, 3].map(() => freePort()))) as [number, number, number];
+    const own = await createDatabase(name);
     const start = spawnRole(
       "gateway",
       {
         DATABASE_URL: own.url,
         NATS_URL: nats.url,
-        NATS_PREFIX: "paylink_start_twice",
+        NATS_PREFIX: name,
         GATEWAY_PORT: String(gatewayPort),
         LINKS_PORT: String(linksPort),
         NOTIFIER_PORT: String(notifierPort),
+        ...env,
       },
       ["node", "dist/services/dev/start.js"],
     );
+    await waitFor(() => start.output().includes("[start] ready"), 30_000, () => start.output().slice(-4000)).catch(async (err: unknown) => {
+      start.signal("SIGKILL");
+      await own.drop();
+      throw err;
+    });
+    return { start, own, gatewayPort, linksPort, notifierPort };
+  }
+
+  it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
+    const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_twice");
     // A request whose body never comes keeps the gateway's drain, and so the ordered stop, waiting.
     let held: net.Socket | undefined;
     try {
-      await waitFor(() => start.output().includes("[start] ready"), 30_000, () => start.output().slice(-4000));
-      held = net.connect(gatewayPort!, "127.0.0.1");
-      await new Promise((resolve) => held!.once("connect", resolve));
-      held.write("POST /v1/links HTTP/1.1\r\nHost: x\r\nClient-Id: twice\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
+      held = await holdRequest(gatewayPort);
       start.signal("SIGINT");
       await waitFor(() => start.output().includes("[start] stopping"), 5_000);
       await new Promise((resolve) => setTimeout(resolve, 1_200)); // a repeat within a second is the same Ctrl-C
@@ -312,7 +334,7 @@ describe("SIGTERM under load", () => {
       held.destroy();
       held = undefined;
       // Every service got its SIGTERM as npm start exited, and drains on its own.
-      await waitFor(async () => !(await Promise.all([gatewayPort!, linksPort!, notifierPort!].map(canConnect))).some(Boolean), 20_000);
+      await waitFor(async () => !(await Promise.all([gatewayPort, linksPort, notifierPort].map(canConnect))).some(Boolean), 20_000);
     } finally {
       held?.destroy();
       start.signal("SIGKILL");
@@ -323,28 +345,13 @@ describe("SIGTERM under load", () => {
 
   it("`npm start` drains its three services on Ctrl-C and exits 0; with CPU_PROF_DIR each leaves a CPU profile", async () => {
     const profiles = mkdtempSync(path.join(tmpdir(), "paylink-prof-"));
-    const [gatewayPort, linksPort, notifierPort] = await Promise.all([1, 2, 3].map(() => freePort()));
-    // A database and NATS names of its own: the tests above leave events (a delivery cut by their
-    // SIGKILL comes back after ack_wait) that this notifier would otherwise take up and deliver.
-    const own = await createDatabase("paylink_start");
-    const start = spawnRole(
-      "gateway",
-      {
-        DATABASE_URL: own.url,
-        NATS_URL: nats.url,
-        NATS_PREFIX: "paylink_start",
-        GATEWAY_PORT: String(gatewayPort),
-        LINKS_PORT: String(linksPort),
-        NOTIFIER_PORT: String(notifierPort),
-        CPU_PROF_DIR: profiles,
-        LOG_LEVEL: "info", // the drain's lines, below
-      },
-      ["node", "dist/services/dev/start.js"],
-    );
+    // "ready" once all three are (the notifier consuming): a Ctrl-C then finds each one running.
+    const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start", {
+      CPU_PROF_DIR: profiles,
+      LOG_LEVEL: "info", // the drain's lines, below
+    });
     try {
       try {
-        // "ready" once all three are (the notifier consuming): a Ctrl-C then finds each one running.
-        await waitFor(() => start.output().includes("[start] ready"), 30_000, () => start.output().slice(-4000));
         expect(await fetch(`http://127.0.0.1:${notifierPort}/readyz`).then((r) => r.status)).toBe(200);
         const created = await fetch(`http://127.0.0.1:${gatewayPort}/v1/links`, {
           method: "POST",
@@ -370,7 +377,7 @@ describe("SIGTERM under load", () => {
       expect(at("links", "draining")).toBeGreaterThan(Math.max(at("gateway", "drained"), at("notifier", "drained")));
       for (const name of ["gateway", "notifier", "links"]) expect(at(name, "drained"), `${name} drained\n${start.output()}`).toBeGreaterThanOrEqual(0);
       expect(lines.filter((line) => line.level >= 50)).toEqual([]);
-      for (const port of [gatewayPort!, linksPort!, notifierPort!]) expect(await canConnect(port)).toBe(false);
+      for (const port of [gatewayPort, linksPort, notifierPort]) expect(await canConnect(port)).toBe(false);
 
       const files = readdirSync(profiles).sort();
       expect(files.map((file) => file.replace(/-\d+\.cpuprofile$/, ""))).toEqual(["gateway", "links", "notifier"]);
