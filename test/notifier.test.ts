@@ -162,11 +162,10 @@ describe("answers and retries", () => {
     expect(lastErrors.sort()).toStrictEqual(["DNS lookup failed (ENOTFOUND)", "connection refused"]);
 
     // The merchant's own log keeps the address: it is theirs, and says what to fix.
-    const errors = async (linkId: string) =>
-      (await webhooks.client.listLinkEvents({ linkId }, { headers: { "client-id": "client-webhooks" } })).events[0]!.attempts.map((a) => a.error);
-    expect(await errors(unknown.linkId)).toEqual(Array(SCHEDULE.length + 1).fill(`ENOTFOUND: getaddrinfo ENOTFOUND ${host}`));
-    expect(await errors(refused.linkId)).toEqual(
-      Array(SCHEDULE.length + 1).fill(`ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:${closedPort}`),
+    const attempts = SCHEDULE.length + 1;
+    expect(await webhooks.attemptErrors(unknown.linkId, attempts)).toEqual(Array(attempts).fill(`ENOTFOUND: getaddrinfo ENOTFOUND ${host}`));
+    expect(await webhooks.attemptErrors(refused.linkId, attempts)).toEqual(
+      Array(attempts).fill(`ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:${closedPort}`),
     );
   });
 

@@ -18,7 +18,7 @@ import { createRelay, type Relay, type RelayOptions } from "../../services/links
 import { type NotifierOptions, startNotifier } from "../../services/notifier/notifier.js";
 import type { Topology } from "../../services/shared/jetstream.js";
 import { createDatabase } from "./database.js";
-import { type NatsServer, startNatsServer, uniqueTopology } from "./nats.js";
+import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./nats.js";
 import { startStack } from "./stack.js";
 
 export const silent = pino({ level: "silent" });
@@ -68,11 +68,31 @@ export async function startWebhookStack(opts: WebhookStackOptions) {
     return { linkId: paid.linkId, paymentId: paid.paymentId, transactionId: paid.transactionId, answeredAt: performance.now() };
   }
 
+  /**
+   * The errors of a link's first event's attempts, once `count` are recorded. The notifier
+   * dead-letters before it records the last attempt (the event is safe on NATS first), so a
+   * test that saw the dead letter waits here for the record.
+   */
+  async function attemptErrors(linkId: string, count: number) {
+    let errors: (string | undefined)[] = [];
+    await waitFor(
+      async () => {
+        const { events } = await client.listLinkEvents({ linkId }, { headers: { "client-id": "client-webhooks" } });
+        errors = events[0]?.attempts.map((a) => a.error) ?? [];
+        return errors.length >= count;
+      },
+      10_000,
+      () => `${count} attempts recorded for ${linkId}; ${errors.length} so far`,
+    );
+    return errors;
+  }
+
   return {
     stack,
     relay,
     client,
     pay,
+    attemptErrors,
     async close() {
       await relay?.close();
       await stack.close();
