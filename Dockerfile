@@ -5,7 +5,12 @@
 # `node dist/...` directly: no npm and no tsx between a signal and the
 # process, so SIGTERM reaches it and it drains (compose adds an init as PID 1).
 
-FROM node:20-bookworm-slim AS build
+# Node.js 24, an LTS line (supported to April 2028; 20 ended in April 2026).
+# CI runs the suite and the fault suite on exactly this version
+# (test/support/image-node.sh reads it from here), so bump it here only.
+ARG NODE_VERSION=24.21.0
+
+FROM node:${NODE_VERSION}-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # npm ci's postinstall applies them (patch-package).
@@ -17,7 +22,7 @@ COPY services ./services
 COPY gateway ./gateway
 RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 
-FROM node:20-bookworm-slim
+FROM node:${NODE_VERSION}-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
 COPY --from=build /app/package.json ./
