@@ -94,7 +94,10 @@ describe("REST", () => {
   });
 
   it("carries back redirect_url and cancel_url as sent; the page and the redirect use their canonical form", async () => {
-    const sent = { redirect_url: "https:evil.example.com", cancel_url: "HTTPS://Shop.Example.com:443/a/../cancel" };
+    const sent = {
+      redirect_url: "HTTPS://Shop.Example.com:443/a/../done?flag&sig=a%2Fb~c&x=1;y=2&q=%20+&link_id=old#top",
+      cancel_url: "HTTPS://Shop.Example.com:443/a/../cancel",
+    };
     const res = await createWith({}, sent);
     expect(res.status).toBe(201);
     expect(res.body.data).toMatchObject(sent);
@@ -104,7 +107,18 @@ describe("REST", () => {
     expect(page).toContain('href="https://shop.example.com/cancel"');
     const paid = await api(stack, "POST", `/link/${res.body.id}/pay`, { clientId: null, body: { payment_method: "bank_transfer" } });
     expect(paid.status).toBe(200);
-    expect(paid.body.redirect_url).toBe(`https://evil.example.com/?link_id=${res.body.id}&payment_id=${paid.body.payment_id}`);
+    // The merchant's own query as written (a signed one still verifies); ours replaces a stale link_id.
+    expect(paid.body.redirect_url).toBe(
+      `https://shop.example.com/done?flag&sig=a%2Fb~c&x=1;y=2&q=%20+&link_id=${res.body.id}&payment_id=${paid.body.payment_id}#top`,
+    );
+  });
+
+  it("adds the ids to a redirect_url with no query, or an empty one", async () => {
+    for (const redirect_url of ["https://shop.example.com/done", "https://shop.example.com/done?"]) {
+      const res = await createWith({}, { redirect_url });
+      const paid = await api(stack, "POST", `/link/${res.body.id}/pay`, { clientId: null, body: { payment_method: "bank_transfer" } });
+      expect(paid.body.redirect_url).toBe(`https://shop.example.com/done?link_id=${res.body.id}&payment_id=${paid.body.payment_id}`);
+    }
   });
 
   it.each([" whsec_1", "whsec_1 ", "  "])("refuses an api_key with spaces at an edge (%j)", async (apiKey) => {

@@ -223,11 +223,30 @@ export function createPayments(deps: PaymentsDeps): Payments {
   }
 }
 
+/**
+ * The merchant's redirect URL with link_id and payment_id added to its query.
+ * The rest of the query stays as the merchant wrote it, so a signed one still
+ * verifies (URLSearchParams would re-encode all of it: "flag" as "flag=", "~"
+ * as "%7E", "%20" as "+"); a link_id or payment_id already there gives way to ours.
+ */
 function withIds(redirectUrl: string, linkId: string, paymentId: string): string {
   const url = new URL(redirectUrl);
-  url.searchParams.set("link_id", linkId);
-  url.searchParams.set("payment_id", paymentId);
+  const pairs = url.search.length > 1 ? url.search.slice(1).split("&") : [];
+  const kept = pairs.filter((pair) => {
+    const name = keyOf(pair);
+    return name !== "link_id" && name !== "payment_id";
+  });
+  url.search = [...kept, `link_id=${encodeURIComponent(linkId)}`, `payment_id=${encodeURIComponent(paymentId)}`].join("&");
   return url.toString();
+}
+
+/** A query pair's name, decoded as a form would be; undefined when it does not decode. */
+function keyOf(pair: string): string | undefined {
+  try {
+    return decodeURIComponent(pair.split("=", 1)[0]!.replaceAll("+", " "));
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -189,6 +189,14 @@ function optionalText(path: string, value: string | undefined, max: number): voi
 }
 
 /**
+ * "scheme://" and nothing the WHATWG parser would quietly repair: it reads
+ * "http:shop" as http://shop/, turns a backslash into a slash and drops or
+ * encodes whitespace, so such a value would be one URL to us and another,
+ * or none, to the merchant who typed it.
+ */
+const ABSOLUTE_HTTP = /^https?:\/\/[^\s\\\x00-\x1f\x7f]*$/i;
+
+/**
  * The URL as the client sent it, which `data` carries back (the contract);
  * the page and the redirect use its canonical form (WHATWG serialization).
  */
@@ -196,7 +204,7 @@ function httpUrl(path: string, value: string): string {
   noNul(path, value);
   let url: URL | undefined;
   try {
-    url = new URL(value);
+    url = ABSOLUTE_HTTP.test(value) ? new URL(value) : undefined;
   } catch {
     url = undefined;
   }
