@@ -80,4 +80,21 @@ it("follows one payment from the pay request to the webhook's log line by its re
   const gatewayLines = lines.filter((l) => l.requestId === requestId && l.msg === "request completed");
   expect(gatewayLines.length).toBeGreaterThan(0);
   for (const line of lines.filter((l) => l.requestId === requestId)) expect(line.traceId).toBe(traceId);
+
+  // A redelivery is published and attempted in the trace of the request that asked for it.
+  const events = await api(stack, "GET", `/v1/links/${created.body.id}/events`);
+  const eventId = events.body.data[0].id;
+  const redeliverTrace = "0af7651916cd43dd8448eb211c80319c";
+  const redeliverId = "redeliver-trace-1";
+  const redelivered = await api(stack, "POST", `/v1/links/${created.body.id}/events/${eventId}/redeliver`, {
+    headers: { "x-request-id": redeliverId, traceparent: `00-${redeliverTrace}-b7ad6b7169203331-01` },
+  });
+  expect(redelivered.status).toBe(202);
+  await waitFor(() => receiver.requests.length === 2, 20_000);
+  const again = await jsm.streams.getMessage(topology.eventStream, { last_by_subj: `${topology.eventSubjectPrefix}.payment.completed` });
+  expect(again.seq).toBeGreaterThan(stored.seq);
+  expect(again.header.get("X-Request-Id")).toBe(redeliverId);
+  expect(again.header.get("traceparent")).toMatch(new RegExp(`^00-${redeliverTrace}-[0-9a-f]{16}-01$`));
+  await waitFor(() => lines.filter((l) => l.msg === "webhook attempt").length === 2, 10_000);
+  expect(lines.filter((l) => l.msg === "webhook attempt")[1]).toMatchObject({ requestId: redeliverId, traceId: redeliverTrace, outcome: "delivered" });
 });

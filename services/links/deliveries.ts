@@ -21,7 +21,7 @@ import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js
 import type { Clock } from "../shared/clock.js";
 import { isEventId } from "../shared/ids.js";
 import type { Db, Executor } from "./db.js";
-import { enqueue } from "./outbox.js";
+import { enqueue, requestTrace } from "./outbox.js";
 import type { LinkRow } from "./records.js";
 import type { deliveries } from "./schema.js";
 import { storableAttemptError } from "../shared/attempt-error.js";
@@ -60,9 +60,13 @@ export function newDelivery(
   };
 }
 
-/** The event as the broker carries it: ids and the schedule's generation, never a secret. */
+/**
+ * The event as the broker carries it: ids and the schedule's generation, never
+ * a secret; and the ids of the request being served, if any.
+ */
 export function deliveryEvent(row: DeliveryRow): Event {
   return create(EventSchema, {
+    ...requestTrace(),
     id: row.eventId,
     occurredAt: timestampFromDate(row.createdAt),
     linkId: row.linkId,
@@ -74,7 +78,10 @@ export function deliveryEvent(row: DeliveryRow): Event {
   });
 }
 
-/** Publishes the event again (through the outbox), due now. */
+/**
+ * Publishes the event again (through the outbox), due now, in the trace of
+ * the request that asked (a redelivery); the reconciler's copies have none.
+ */
 export async function republish(tx: Executor, row: DeliveryRow, now: Date, set: Partial<DeliveryRow> = {}) {
   const updated = await store.updateDelivery(tx, row.eventId, { nextAttemptAt: now, ...set });
   await enqueue(tx, [deliveryEvent(updated)], now, { copy: true });

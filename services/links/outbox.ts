@@ -21,15 +21,13 @@ export function newEvent(
   at: Date,
   fields: Pick<MessageInitShape<typeof EventSchema>, "linkId" | "clientId" | "payload">,
 ): Event {
-  // The request being served, if any: its ids travel with the event.
+  return create(EventSchema, { ...fields, id: randomUUID(), occurredAt: timestampFromDate(at), ...requestTrace() });
+}
+
+/** The ids of the request being served, if any, which travel with an event it writes. */
+export function requestTrace(): Pick<Event, "requestId" | "traceparent"> {
   const trace = traceHeaders(currentTrace());
-  return create(EventSchema, {
-    ...fields,
-    id: randomUUID(),
-    occurredAt: timestampFromDate(at),
-    requestId: trace["x-request-id"] ?? "",
-    traceparent: trace.traceparent ?? "",
-  });
+  return { requestId: trace["x-request-id"] ?? "", traceparent: trace.traceparent ?? "" };
 }
 
 /** Announces that a link became expired, by time or by its merchant. */
