@@ -297,7 +297,20 @@ describe("SIGTERM under load", () => {
    * comes back after ack_wait) that its notifier would otherwise take up.
    */
   async function npmStart(name: string, env: Record<string, string> = {}) {
-    const [gatewayPort, linksPort, notifierPort] = (await Promise.all([1, 2, 3].map(() => freePort()))) as [number, number, number];
+    const { start, own, gatewayPort, linksPort, notifierPort } = await spawnStart(name, env);
+    await waitFor(() => start.output().includes("[start] ready"), 30_000, () => start.output().slice(-4000)).catch(async (err: unknown) => {
+      start.signal("SIGKILL");
+      await own.drop();
+      throw err;
+    });
+    return { start, own, gatewayPort, linksPort, notifierPort };
+  }
+
+  /** start.js, just spawned, on five free ports. */
+  async function spawnStart(name: string, env: Record<string, string> = {}) {
+    const [gatewayPort, linksPort, notifierPort, gatewayMetricsPort, linksMetricsPort] = (await Promise.all(
+      [1, 2, 3, 4, 5].map(() => freePort()),
+    )) as [number, number, number, number, number];
     const own = await createDatabase(name);
     const start = spawnRole(
       "gateway",
@@ -308,17 +321,34 @@ describe("SIGTERM under load", () => {
         GATEWAY_PORT: String(gatewayPort),
         LINKS_PORT: String(linksPort),
         NOTIFIER_PORT: String(notifierPort),
+        GATEWAY_METRICS_PORT: String(gatewayMetricsPort),
+        LINKS_METRICS_PORT: String(linksMetricsPort),
         ...env,
       },
       ["node", "dist/services/dev/start.js"],
     );
-    await waitFor(() => start.output().includes("[start] ready"), 30_000, () => start.output().slice(-4000)).catch(async (err: unknown) => {
-      start.signal("SIGKILL");
-      await own.drop();
-      throw err;
-    });
     return { start, own, gatewayPort, linksPort, notifierPort };
   }
+
+  it("`npm start` refuses a port another program holds, naming it, before it starts anything", async () => {
+    // Another program on the notifier's port would answer its readiness check: "ready" would be printed
+    // for a notifier that then died on EADDRINUSE.
+    const taken = net.createServer();
+    const port = await new Promise<number>((resolve) => taken.listen(0, "0.0.0.0", () => resolve((taken.address() as net.AddressInfo).port)));
+    const { start, own, linksPort } = await spawnStart("paylink_start_taken", { NOTIFIER_PORT: String(port) });
+    try {
+      expect(await start.exited, start.output()).toBe(1);
+      expect(start.output()).toContain(`NOTIFIER_PORT ${port} is in use by another program: stop it, or set NOTIFIER_PORT to a free port`);
+      expect(start.output()).not.toContain("[start] ready");
+      expect(start.output()).not.toContain("LinkService listening");
+      expect(await canConnect(linksPort)).toBe(false);
+    } finally {
+      start.signal("SIGKILL");
+      await start.exited;
+      await new Promise((resolve) => taken.close(resolve));
+      await own.drop();
+    }
+  });
 
   it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_twice");

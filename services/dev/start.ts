@@ -72,6 +72,13 @@ process.on("SIGINT", onSignal);
 process.on("SIGTERM", onSignal);
 
 try {
+  await portsFree([
+    ["LINKS_PORT", config.linksPort],
+    ["GATEWAY_PORT", config.gatewayPort],
+    ["NOTIFIER_PORT", config.notifierPort],
+    ["GATEWAY_METRICS_PORT", config.gatewayMetricsPort],
+    ["LINKS_METRICS_PORT", config.linksMetricsPort],
+  ]);
   const databaseUrl = config.databaseUrl ?? (await startEmbeddedPostgres());
   await ensureNats(config.natsUrl, DATA_ROOT, log, (binary, args) => {
     supervisor.layer().spawn(binary, args, { quiet: true });
@@ -136,6 +143,25 @@ async function waitUntil(ready: () => Promise<boolean>, failure: string) {
     await new Promise((r) => setTimeout(r, 250));
   }
   throw new Error(failure);
+}
+
+/**
+ * Our services' ports must be free before they start: the readiness checks
+ * below only knock on a port, and another program listening there (another
+ * copy of this, say) would answer them, so "ready" would be printed for
+ * services that then die on EADDRINUSE. Each port is bound as the services
+ * bind it (all interfaces) and let go.
+ */
+async function portsFree(ports: [name: string, port: number][]) {
+  for (const [name, port] of ports) {
+    const error = await new Promise<NodeJS.ErrnoException | undefined>((resolve) => {
+      const probe = net.createServer();
+      probe.once("error", resolve);
+      probe.listen(port, "0.0.0.0", () => probe.close(() => resolve(undefined)));
+    });
+    if (error?.code === "EADDRINUSE") throw new Error(`${name} ${port} is in use by another program: stop it, or set ${name} to a free port`);
+    if (error) throw new Error(`${name} ${port} cannot be listened on: ${error.message}`);
+  }
 }
 
 function answers(url: string): Promise<boolean> {
