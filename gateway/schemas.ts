@@ -42,9 +42,12 @@ const Item = Type.Object(
 // The names the LinkService reads, from the same table, so neither refuses what the other takes.
 const PaymentMethod = StringEnum(PAYMENT_METHOD_NAMES);
 const LinkStatus = StringEnum(LINK_STATUS_NAMES);
-// Not `format: "uri"`: the LinkService reads a URL as a browser does (WHATWG),
-// which takes some that RFC 3986 does not ("https://shop.test/a b").
-const HttpUrl = (description: string) => Str(`${description}: an absolute http or https URL`, { maxLength: 2048 });
+// Described, not checked here: the LinkService's rule (validate.ts) is the one
+// place, for REST and gRPC alike, and words its 400 as the contract does.
+const HttpUrl = (description: string) =>
+  Str(`${description}: an absolute http or https URL, starting http:// or https:// and a host, with no whitespace, control character or backslash`, {
+    maxLength: 2048,
+  });
 
 const LinkData = Type.Object(
   {

@@ -113,11 +113,15 @@ describe("REST", () => {
     );
   });
 
-  it("adds the ids to a redirect_url with no query, or an empty one", async () => {
-    for (const redirect_url of ["https://shop.example.com/done", "https://shop.example.com/done?"]) {
+  it("adds the ids to a redirect_url with no query, an empty one, or one that starts with a second ?", async () => {
+    for (const [redirect_url, query] of [
+      ["https://shop.example.com/done", "?"],
+      ["https://shop.example.com/done?", "?"],
+      ["https://shop.example.com/done??a=1", "??a=1&"],
+    ] as const) {
       const res = await createWith({}, { redirect_url });
       const paid = await api(stack, "POST", `/link/${res.body.id}/pay`, { clientId: null, body: { payment_method: "bank_transfer" } });
-      expect(paid.body.redirect_url).toBe(`https://shop.example.com/done?link_id=${res.body.id}&payment_id=${paid.body.payment_id}`);
+      expect(paid.body.redirect_url).toBe(`https://shop.example.com/done${query}link_id=${res.body.id}&payment_id=${paid.body.payment_id}`);
     }
   });
 

@@ -350,6 +350,21 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  it("`npm start` refuses two of its services on one port, naming both, before it starts anything", async () => {
+    const port = String(await freePort());
+    const { start, own, linksPort } = await spawnStart("paylink_start_same", { GATEWAY_METRICS_PORT: port, LINKS_METRICS_PORT: port });
+    try {
+      expect(await start.exited, start.output()).toBe(1);
+      expect(start.output()).toContain(`LINKS_METRICS_PORT and GATEWAY_METRICS_PORT are both ${port}: each needs a port of its own`);
+      expect(start.output()).not.toContain("LinkService listening");
+      expect(await canConnect(linksPort)).toBe(false);
+    } finally {
+      start.signal("SIGKILL");
+      await start.exited;
+      await own.drop();
+    }
+  });
+
   it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_twice");
     // A request whose body never comes keeps the gateway's drain, and so the ordered stop, waiting.

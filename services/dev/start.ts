@@ -78,6 +78,7 @@ try {
     ["NOTIFIER_PORT", config.notifierPort],
     ["GATEWAY_METRICS_PORT", config.gatewayMetricsPort],
     ["LINKS_METRICS_PORT", config.linksMetricsPort],
+    ...(config.databaseUrl ? [] : ([["EMBEDDED_POSTGRES_PORT", Number(EMBEDDED_PG_PORT)]] as [string, number][])),
   ]);
   const databaseUrl = config.databaseUrl ?? (await startEmbeddedPostgres());
   await ensureNats(config.natsUrl, DATA_ROOT, log, (binary, args) => {
@@ -149,10 +150,15 @@ async function waitUntil(ready: () => Promise<boolean>, failure: string) {
  * Our services' ports must be free before they start: the readiness checks
  * below only knock on a port, and another program listening there (another
  * copy of this, say) would answer them, so "ready" would be printed for
- * services that then die on EADDRINUSE. Each port is bound as the services
- * bind it (all interfaces) and let go.
+ * services that then die on EADDRINUSE; and so would one of them on
+ * another's port. Each port is bound as the services bind it (all
+ * interfaces) and let go.
  */
 async function portsFree(ports: [name: string, port: number][]) {
+  for (const [i, [name, port]] of ports.entries()) {
+    const same = ports.find(([, other], j) => j < i && other === port);
+    if (same) throw new Error(`${name} and ${same[0]} are both ${port}: each needs a port of its own`);
+  }
   for (const [name, port] of ports) {
     const error = await new Promise<NodeJS.ErrnoException | undefined>((resolve) => {
       const probe = net.createServer();

@@ -225,9 +225,10 @@ export function createPayments(deps: PaymentsDeps): Payments {
 
 /**
  * The merchant's redirect URL with link_id and payment_id added to its query.
- * The rest of the query stays as the merchant wrote it, so a signed one still
- * verifies (URLSearchParams would re-encode all of it: "flag" as "flag=", "~"
- * as "%7E", "%20" as "+"); a link_id or payment_id already there gives way to ours.
+ * The rest of the query stays as the URL parser serializes it (what a browser
+ * sends), so a signed one still verifies (URLSearchParams would re-encode all
+ * of it: "flag" as "flag=", "~" as "%7E", "%20" as "+"); a link_id or
+ * payment_id already there gives way to ours.
  */
 function withIds(redirectUrl: string, linkId: string, paymentId: string): string {
   const url = new URL(redirectUrl);
@@ -236,7 +237,8 @@ function withIds(redirectUrl: string, linkId: string, paymentId: string): string
     const name = keyOf(pair);
     return name !== "link_id" && name !== "payment_id";
   });
-  url.search = [...kept, `link_id=${encodeURIComponent(linkId)}`, `payment_id=${encodeURIComponent(paymentId)}`].join("&");
+  // The setter drops one leading "?", and only one: a query that starts "??" keeps its second.
+  url.search = `?${[...kept, `link_id=${encodeURIComponent(linkId)}`, `payment_id=${encodeURIComponent(paymentId)}`].join("&")}`;
   return url.toString();
 }
 

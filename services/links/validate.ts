@@ -189,12 +189,13 @@ function optionalText(path: string, value: string | undefined, max: number): voi
 }
 
 /**
- * "scheme://" and nothing the WHATWG parser would quietly repair: it reads
- * "http:shop" as http://shop/, turns a backslash into a slash and drops or
- * encodes whitespace, so such a value would be one URL to us and another,
- * or none, to the merchant who typed it.
+ * "scheme://host" and nothing the WHATWG parser would quietly repair: it
+ * reads "http:shop" and "https:///shop" as https://shop/, turns a backslash
+ * into a slash, decodes "%65" in a host and drops or encodes whitespace and
+ * control characters (C0 and C1), so such a value would be one URL to us and
+ * another, or none, to the merchant who typed it.
  */
-const ABSOLUTE_HTTP = /^https?:\/\/[^\s\\\x00-\x1f\x7f]*$/i;
+const ABSOLUTE_HTTP = /^https?:\/\/[^\s\\/?#%\x00-\x1f\x7f-\x9f]+(?:[/?#][^\s\\\x00-\x1f\x7f-\x9f]*)?$/i;
 
 /**
  * The URL as the client sent it, which `data` carries back (the contract);
