@@ -3,7 +3,17 @@
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
+import { Code, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Health, HealthCheckResponse_ServingStatus } from "../proto/gen/grpc/health/v1/health_pb.js";
+import {
+  ServerReflection,
+  type ServerReflectionRequest,
+  ServerReflectionRequestSchema,
+} from "../proto/gen/grpc/reflection/v1/reflection_pb.js";
 import { type Stack, startStack } from "./support/stack.js";
 
 const BUF = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));
@@ -51,5 +61,38 @@ describe("gRPC server reflection", () => {
     );
     const health = await bufCurl("/grpc.health.v1.Health/Check", {}, {}, "grpc-v1");
     expect(health).toEqual({ status: "SERVING" });
+  });
+
+  it("finds a file by the name its importers use, and the error details every error carries", async () => {
+    const client = createClient(ServerReflection, createGrpcTransport({ baseUrl: stack.linksUrl }));
+    async function ask(messageRequest: ServerReflectionRequest["messageRequest"]) {
+      async function* one() {
+        yield create(ServerReflectionRequestSchema, { messageRequest });
+      }
+      for await (const answer of client.serverReflectionInfo(one())) return answer.messageResponse;
+      throw new Error("no answer");
+    }
+    const names = (answer: Awaited<ReturnType<typeof ask>>) =>
+      answer.case === "fileDescriptorResponse"
+        ? answer.value.fileDescriptorProto.map((bytes) => fromBinary(FileDescriptorProtoSchema, bytes).name)
+        : answer;
+
+    const linkService = names(await ask({ case: "fileByFilename", value: "paylink/v1/link_service.proto" }));
+    expect(linkService).toEqual(expect.arrayContaining(["paylink/v1/link_service.proto", "google/rpc/status.proto"]));
+    // Each import a descriptor names is there to be asked for by that name.
+    expect(names(await ask({ case: "fileByFilename", value: "google/rpc/status.proto" }))).toEqual(
+      expect.arrayContaining(["google/rpc/status.proto"]),
+    );
+    expect(names(await ask({ case: "fileContainingSymbol", value: "google.rpc.ErrorInfo" }))).toEqual(["google/rpc/error_details.proto"]);
+    expect(await ask({ case: "fileByFilename", value: "paylink/v1/link_service" })).toMatchObject({
+      case: "errorResponse",
+      value: { errorCode: Code.NotFound },
+    });
+  });
+
+  it("says NOT_FOUND for a service it does not serve, as the health protocol says", async () => {
+    const health = createClient(Health, createGrpcTransport({ baseUrl: stack.linksUrl }));
+    expect(await health.check({ service: "paylink.v1.LinkService" })).toMatchObject({ status: HealthCheckResponse_ServingStatus.SERVING });
+    await expect(health.check({ service: "nope" })).rejects.toMatchObject({ code: Code.NotFound });
   });
 });

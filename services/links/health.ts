@@ -1,10 +1,14 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { type Health, HealthCheckResponse_ServingStatus } from "../../proto/gen/grpc/health/v1/health_pb.js";
 
 /** SERVING only while Postgres answers: the gateway's /readyz rests on it. */
-export function createHealthService(ping: () => Promise<void>): ServiceImpl<typeof Health> {
+export function createHealthService(ping: () => Promise<void>, services: string[]): ServiceImpl<typeof Health> {
+  const known = new Set(["", ...services]);
   return {
-    async check() {
+    async check(req) {
+      // The protocol's answer for a name this server does not serve: a
+      // client checking the wrong service must not be told it is up.
+      if (!known.has(req.service)) throw new ConnectError(`unknown service ${req.service}`, Code.NotFound);
       try {
         await ping();
         return { status: HealthCheckResponse_ServingStatus.SERVING };

@@ -15,24 +15,27 @@ export const reflectionServices = [v1.ServerReflection, v1alpha.ServerReflection
 type Request = v1.ServerReflectionRequest;
 type Answer = v1.ServerReflectionResponse["messageResponse"];
 
-export function createReflection(served: DescService[]) {
+export function createReflection(served: DescService[], moreFiles: DescFile[] = []) {
   const services = [...served, ...reflectionServices];
+  // By the name a client asks for and a descriptor imports ("paylink/v1/link_service.proto");
+  // protobuf-es's DescFile.name leaves off the ".proto".
   const files = new Map<string, DescFile>();
   const collect = (file: DescFile) => {
-    if (files.has(file.name)) return;
-    files.set(file.name, file);
+    if (files.has(file.proto.name)) return;
+    files.set(file.proto.name, file);
     file.dependencies.forEach(collect);
   };
   services.forEach((s) => collect(s.file));
+  moreFiles.forEach(collect);
   const registry = createRegistry(...files.values());
-  const encoded = new Map([...files.values()].map((f) => [f.name, toBinary(FileDescriptorProtoSchema, f.proto)]));
+  const encoded = new Map([...files.entries()].map(([name, f]) => [name, toBinary(FileDescriptorProtoSchema, f.proto)]));
 
   /** The file and everything it imports, the file first (clients resolve imports from the rest). */
   function withDependencies(file: DescFile): Uint8Array[] {
     const names = new Set<string>();
     const walk = (f: DescFile) => {
-      if (names.has(f.name)) return;
-      names.add(f.name);
+      if (names.has(f.proto.name)) return;
+      names.add(f.proto.name);
       f.dependencies.forEach(walk);
     };
     walk(file);

@@ -3,6 +3,7 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { file_google_rpc_error_details } from "../../proto/gen/google/rpc/error_details_pb.js";
 import { Health } from "../../proto/gen/grpc/health/v1/health_pb.js";
 import { ServerReflection as ReflectionV1 } from "../../proto/gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ReflectionV1Alpha } from "../../proto/gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -119,9 +120,12 @@ export async function startLinksServer(opts: LinksServerOptions) {
         router.service(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
         router.service(LinkBatchService, batchStreams.impl);
         router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
-        router.service(Health, createHealthService(() => gate.run(() => ping(db))));
+        const served = [LinkService, AdminService, DeliveryService, LinkBatchService, Health];
+        router.service(Health, createHealthService(() => gate.run(() => ping(db)), served.map((s) => s.typeName)));
         // Streaming, so never on the fast path; open to any caller, as grpc's own is.
-        const reflection = createReflection([LinkService, AdminService, DeliveryService, LinkBatchService, Health]);
+        // Error details travel in every error's grpc-status-details-bin; no served
+        // service imports their file, so it is named here for clients to decode them.
+        const reflection = createReflection(served, [file_google_rpc_error_details]);
         router.service(ReflectionV1, reflection.v1);
         router.service(ReflectionV1Alpha, reflection.v1alpha);
       },
