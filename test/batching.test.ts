@@ -106,6 +106,30 @@ describe("natural batching", () => {
     expect(all.map((r) => r.status === "rejected" && (r.reason as Error).message)).toEqual(["down", "down"]);
   });
 
+  it("does not send an item whose caller gave up while it waited, and fails it with the signal's reason", async () => {
+    const { batcher, batches, release } = gatedBatcher({ maxInFlight: 1, maxBatch: 100 });
+    const first = batcher.add(1);
+    await new Promise((r) => setImmediate(r));
+    const gaveUp = new AbortController();
+    const dropped = batcher.add(2, gaveUp.signal);
+    const kept = batcher.add(3, new AbortController().signal);
+    const alone = new AbortController();
+    const droppedAlone = batcher.add(4, alone.signal);
+    gaveUp.abort(new Error("deadline passed"));
+    alone.abort(new Error("went away"));
+    release();
+    await expect(dropped).rejects.toThrow("deadline passed");
+    await expect(droppedAlone).rejects.toThrow("went away");
+    expect(await Promise.all([first, kept])).toEqual([1, 3]);
+    expect(batches).toEqual([[1], [3]]);
+    // A batch that is all given up sends nothing, and frees its slot.
+    const last = new AbortController();
+    last.abort(new Error("gone"));
+    await expect(batcher.add(5, last.signal)).rejects.toThrow("gone");
+    expect(await batcher.add(6)).toBe(6);
+    expect(batches).toEqual([[1], [3], [6]]);
+  });
+
   it("never puts more than maxBatch items in one batch", async () => {
     const sizes: number[] = [];
     const batcher = createBatcher<number, number>(

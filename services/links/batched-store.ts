@@ -53,8 +53,11 @@ export function createBatchedStore(db: Db, { observe }: BatchedStoreOptions = {}
   return {
     /** The link, or undefined when no link has this id. */
     findLink: (id: string) => reads.add(id),
-    /** Inserts the link, committed together with the creates that queued beside it; answers the row as stored. */
-    insertLink: (row: NewLinkRow) => writes.add(row),
+    /**
+     * Inserts the link, committed together with the creates that queued beside it; answers the row as stored.
+     * Not inserted if `signal` (the call's) has aborted by the time its insert leaves.
+     */
+    insertLink: (row: NewLinkRow, signal?: AbortSignal) => writes.add(row, signal),
   };
 }
 

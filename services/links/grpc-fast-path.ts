@@ -65,6 +65,12 @@ export function createGrpcFastPath(options: FastPathOptions): Handler {
 function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, options: FastPathOptions) {
   const deadline = parseTimeout(req.headers["grpc-timeout"] as string | undefined ?? null, Number.MAX_SAFE_INTEGER);
   if (deadline.error) return answerError(res, deadline.error);
+  // Past already, or as good as (grpc-timeout 0, or under a millisecond,
+  // which no timer keeps): the handler never starts, as in connect's adapter,
+  // so nothing is written for a caller that is told the call failed.
+  if (deadline.timeoutMs !== undefined && deadline.timeoutMs < 1) {
+    return answerError(res, new ConnectError("the call's deadline had passed when it arrived", Code.DeadlineExceeded));
+  }
 
   const abort = new AbortController();
   let answered = false;

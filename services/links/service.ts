@@ -51,7 +51,8 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     return row;
   }
 
-  async function createOne(clientId: string, req: CreateLinkRequest): Promise<CreateLinkResponse> {
+  /** `signal` is the call's: a create whose caller gave up before its insert left is not made. */
+  async function createOne(clientId: string, req: CreateLinkRequest, signal?: AbortSignal): Promise<CreateLinkResponse> {
     const input = validateCreateLink(req);
     if (req.validateOnly) {
       // AIP-163: every check CreateLink makes before it writes, and nothing written.
@@ -69,10 +70,11 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     });
     if (req.idempotencyKey === undefined) {
       const now = clock.now();
-      const row = await batched.insertLink(newRow(now));
+      const row = await batched.insertLink(newRow(now), signal);
       return create(CreateLinkResponseSchema, { link: toLink(row, now, checkoutBaseUrl, input.data) });
     }
     return deps.idempotency.run(clientId, req, async (tx) => {
+      signal?.throwIfAborted();
       const now = clock.now();
       const row = await store.insertLink(tx, newRow(now));
       return create(CreateLinkResponseSchema, { link: toLink(row, now, checkoutBaseUrl) });
@@ -105,7 +107,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
   }
 
   return {
-    createLink: (req, ctx) => createOne(requireClientId(ctx), req),
+    createLink: (req, ctx) => createOne(requireClientId(ctx), req, ctx.signal),
 
     getLink: (req, ctx) => getOne(requireClientId(ctx), req.id),
 
@@ -113,11 +115,11 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       return { results: await eachItem("BatchGetLinks", req.items, (clientId, item) => getOne(clientId, item.request?.id ?? "")) };
     },
 
-    async batchCreateLinks(req) {
+    async batchCreateLinks(req, ctx) {
       return {
         results: await eachItem("BatchCreateLinks", req.items, (clientId, item) => {
           if (!item.request) throw invalid("request is required");
-          return createOne(clientId, item.request);
+          return createOne(clientId, item.request, ctx.signal);
         }),
       };
     },

@@ -27,11 +27,18 @@ export interface BatcherOptions {
 export type BatchRun<I, O> = (items: I[]) => Promise<(O | Error)[]>;
 
 export interface Batcher<I, O> {
-  add(item: I): Promise<O>;
+  /**
+   * Queues the item; with a signal, an item whose caller gave up (its
+   * deadline passed, it went away) before its batch leaves is not sent, and
+   * fails with the signal's reason: a write its caller was told had failed
+   * must not happen after all.
+   */
+  add(item: I, signal?: AbortSignal): Promise<O>;
 }
 
 interface Waiting<I, O> {
   item: I;
+  signal: AbortSignal | undefined;
   resolve: (value: O) => void;
   reject: (err: unknown) => void;
 }
@@ -59,7 +66,13 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
     return sent;
   }
 
-  async function send(batch: Waiting<I, O>[]) {
+  async function send(waiting: Waiting<I, O>[]) {
+    const batch = waiting.some((w) => w.signal?.aborted) ? dropGivenUp(waiting) : waiting;
+    if (batch.length === 0) {
+      inFlight--;
+      pump();
+      return;
+    }
     let settle: () => void;
     try {
       const results = await run(batch.map((w) => w.item));
@@ -82,10 +95,15 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
     else settle();
   }
 
+  function dropGivenUp(waiting: Waiting<I, O>[]): Waiting<I, O>[] {
+    for (const w of waiting) if (w.signal?.aborted) w.reject(w.signal.reason);
+    return waiting.filter((w) => !w.signal?.aborted);
+  }
+
   return {
-    add(item) {
+    add(item, signal) {
       return new Promise<O>((resolve, reject) => {
-        queue.push({ item, resolve, reject });
+        queue.push({ item, signal, resolve, reject });
         // Items added in the same tick share the batch.
         if (!scheduled && canSend()) {
           scheduled = true;

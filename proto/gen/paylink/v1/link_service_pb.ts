@@ -1345,9 +1345,14 @@ export const DeliveryStatusSchema: GenEnum<DeliveryStatus> = /*@__PURE__*/
  * payments within an hour; UNAVAILABLE with PROCESSOR_NOT_CONFIGURED or
  * PROCESSOR_UNAVAILABLE. Without an ErrorInfo: UNAVAILABLE while PostgreSQL
  * does not answer, and DEADLINE_EXCEEDED once the call's deadline has passed
- * (a deadline more than 24.8 days away counts as none). UNAVAILABLE and
- * DEADLINE_EXCEEDED are worth a retry; a CreateLink retried with the same
- * idempotency_key then answers with what happened.
+ * (a deadline more than 24.8 days away counts as none; one under a
+ * millisecond, or past on arrival, starts nothing). UNAVAILABLE and
+ * DEADLINE_EXCEEDED are worth a retry, but for a call that changes state
+ * (CreateLink, CompletePayment, ExpireLink) they leave its outcome unknown,
+ * as gRPC says: a create whose deadline passes before its insert leaves is
+ * not made, but one already on its way to the database may commit. Retry a
+ * CreateLink or CompletePayment with the same idempotency_key (it then
+ * answers with what happened), or read the link first.
  *
  * @generated from service paylink.v1.LinkService
  */

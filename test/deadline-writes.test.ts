@@ -1,0 +1,90 @@
+// A call the LinkService answers DEADLINE_EXCEEDED must not have written:
+// its caller, told it failed, may retry without an idempotency key and would
+// get a second link. A deadline already past on arrival never starts the
+// handler; a create whose deadline passes while it waits for its group
+// commit is left out of the insert.
+import http2 from "node:http2";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import postgres from "postgres";
+import { afterAll, beforeAll, expect, inject, it } from "vitest";
+import { CreateLinkRequestSchema, LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { type Stack, startStack } from "./support/stack.js";
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.close());
+
+const request = (description: string) =>
+  create(CreateLinkRequestSchema, { type: LinkType.PAYMENT, data: { amount: { value: 1000n, currency: "USD" }, description } });
+
+async function linksOf(clientId: string): Promise<string[]> {
+  const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+  const { links } = await client.listLinks({ limit: 100 }, { headers: await stack.merchantHeaders(clientId) });
+  return links.map((link) => link.data?.description ?? "");
+}
+
+it.each(["0S", "0n", "500u"])("runs no handler for a deadline already past on arrival (grpc-timeout %s)", async (timeout) => {
+  const clientId = `deadline-arrival-${timeout}`;
+  const session = http2.connect(stack.linksUrl);
+  try {
+    const message = toBinary(CreateLinkRequestSchema, request("late"));
+    const frame = Buffer.alloc(5 + message.length);
+    frame.writeUInt32BE(message.length, 1);
+    frame.set(message, 5);
+    const req = session.request({
+      ":method": "POST",
+      ":path": "/paylink.v1.LinkService/CreateLink",
+      "content-type": "application/grpc",
+      te: "trailers",
+      "grpc-timeout": timeout,
+      ...(await stack.merchantHeaders(clientId)),
+    });
+    const status = await new Promise<string | undefined>((resolve, reject) => {
+      let grpcStatus: string | undefined;
+      req.on("response", (h) => (grpcStatus ??= h["grpc-status"] as string | undefined));
+      req.on("trailers", (t) => (grpcStatus ??= t["grpc-status"] as string | undefined));
+      req.on("data", () => {});
+      req.on("end", () => resolve(grpcStatus));
+      req.on("error", reject);
+      req.end(frame);
+    });
+    expect(status).toBe(String(Code.DeadlineExceeded));
+  } finally {
+    session.close();
+  }
+  expect(await linksOf(clientId)).toEqual([]);
+});
+
+it("leaves out of the group commit a create whose deadline passed while it waited", { timeout: 30_000 }, async () => {
+  const clientId = "deadline-queued";
+  const headers = await stack.merchantHeaders(clientId);
+  const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+  // Inserts wait on this lock, so the batched store's four slots fill and the next create queues.
+  const holder = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
+  const locked = holder.reserve();
+  const conn = await locked;
+  await conn`begin`;
+  await conn`lock table links in share mode`;
+  try {
+    const blocked: Promise<unknown>[] = [];
+    for (let i = 0; i < 4; i++) {
+      blocked.push(client.createLink(request(`blocked ${i}`), { headers }));
+      await new Promise((resolve) => setTimeout(resolve, 100)); // each its own batch, in its own slot
+    }
+    const late = client.createLink(request("late"), { headers, timeoutMs: 300 });
+    await expect(late).rejects.toSatisfy((err) => err instanceof ConnectError && err.code === Code.DeadlineExceeded);
+    await conn`commit`;
+    await Promise.all(blocked);
+  } finally {
+    await conn`rollback`.catch(() => {});
+    conn.release();
+    await holder.end();
+  }
+  // The slot that freed sent what waited: the late create was not in it.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  expect((await linksOf(clientId)).sort()).toEqual(["blocked 0", "blocked 1", "blocked 2", "blocked 3"]);
+});
