@@ -1,6 +1,7 @@
 // The LinkService as other stacks see it on the network: a grpc-js client
 // built from our .proto files alone, and connect-es clients speaking
 // Connect, gRPC and gRPC-Web. Same rules and messages as REST.
+import http2 from "node:http2";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
@@ -30,6 +31,40 @@ beforeAll(async () => {
 afterAll(() => stack?.close());
 
 const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+describe("JSON over the Connect protocol and gRPC", () => {
+  it.each([
+    ["application/json", (body: string) => Buffer.from(body)],
+    ["application/grpc+json", (body: string) => Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), Buffer.from(body)])],
+  ] as const)("refuses a field the API does not define (%s), as REST does", async (contentType, frame) => {
+    const body = JSON.stringify({ type: "LINK_TYPE_PAYMENT", expire_in: 600, data: { amount: { value: "1000", currency: "USD" }, description: "typo" } });
+    const framed = frame(body);
+    if (contentType !== "application/json") framed.writeUInt32BE(framed.length - 5, 1);
+    // h2c, as the LinkService speaks it (fetch would speak HTTP/1.1).
+    const merchant = await stack.merchantHeaders("client-json");
+    const session = http2.connect(stack.linksUrl);
+    const { head, text } = await new Promise<{ head: Record<string, unknown>; text: string }>((resolve, reject) => {
+      const req = session.request({
+        ":method": "POST",
+        ":path": "/paylink.v1.LinkService/CreateLink",
+        "content-type": contentType,
+        ...(contentType === "application/json" ? {} : { te: "trailers" }),
+        ...merchant,
+      });
+      const head: Record<string, unknown> = {};
+      let text = "";
+      req.on("response", (h) => Object.assign(head, h));
+      req.on("trailers", (t) => Object.assign(head, t));
+      req.on("data", (chunk: Buffer) => (text += chunk.toString()));
+      req.on("end", () => resolve({ head, text }));
+      req.on("error", reject);
+      req.end(framed);
+    }).finally(() => session.close());
+    const refusal = contentType === "application/json" ? `${head[":status"]} ${text}` : `${head["grpc-status"]} ${head["grpc-message"]}`;
+    expect(refusal).toMatch(contentType === "application/json" ? /^400 .*invalid_argument.*expire_in/ : /^3 .*expire_in/);
+    expect((await api(stack, "GET", "/v1/links", { clientId: "client-json" })).body.data).toEqual([]);
+  });
+});
 
 describe("grpc-js with @grpc/proto-loader, from the .proto files alone", () => {
   type Call = (req: object, md: grpc.Metadata) => Promise<any>;

@@ -108,6 +108,9 @@ export async function startLinksServer(opts: LinksServerOptions) {
     beforeHandler: (ctx) => authenticateCall(authenticator, ctx.service, ctx.method, ctx.requestHeader, ctx.values, ctx.signal),
     fallback: connectNodeAdapter({
       readMaxBytes: MAX_MESSAGE_BYTES,
+      // A field the API does not define is refused, as over REST: a typo such
+      // as "expire_in" must not silently give a 12-hour link (connect drops them).
+      jsonOptions: { ignoreUnknownFields: false },
       contextValues: requestContextValues,
       interceptors: [
         errorBoundary(logger),
