@@ -1,5 +1,6 @@
 // What a black-box probe of the running service found, each closed, over
 // real sockets (run in both PAYLINK_AUTH modes: see vitest.config.ts).
+import { execFile } from "node:child_process";
 import net from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -249,6 +250,35 @@ describe("gRPC metadata", () => {
     const err = await call("ListLinks", {}, await metadata(["client-a", "client-b"]));
     expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(decodeURIComponent(err.details)).toBe("Client ID header must be given once");
+  });
+
+  it("takes two authorization values as no key, in either order: Invalid API key in api-key mode, as over REST", async () => {
+    const keyed = await startStack({ auth: "api-key" });
+    try {
+      const { authorization } = await keyed.merchantHeaders("client-a");
+      // curl: Node's and grpc-js's clients refuse to send authorization twice.
+      const list = async (values: string[]) => {
+        const args = ["-s", "--http2-prior-knowledge", "-X", "POST", "-D", "-", "-o", "/dev/null", "--data-binary", "@-"];
+        for (const header of ["content-type: application/grpc", "te: trailers", "client-id: client-a", ...values.map((v) => `authorization: ${v}`)]) {
+          args.push("-H", header);
+        }
+        const child = execFile("curl", [...args, `${keyed.linksUrl}/paylink.v1.LinkService/ListLinks`]);
+        child.stdin!.end(Buffer.alloc(5)); // an empty ListLinksRequest, framed
+        let out = "";
+        child.stdout!.on("data", (chunk: Buffer) => (out += chunk.toString()));
+        await new Promise((resolve) => child.once("close", resolve));
+        return {
+          status: /^grpc-status: (\d+)/im.exec(out)?.[1],
+          message: decodeURIComponent(/^grpc-message: (.*?)\r?$/im.exec(out)?.[1] ?? ""),
+        };
+      };
+      expect(await list([authorization!])).toMatchObject({ status: "0" });
+      for (const values of [[authorization!, "Bearer sk_test_garbage"], ["Bearer sk_test_garbage", authorization!]]) {
+        expect(await list(values)).toEqual({ status: String(grpc.status.UNAUTHENTICATED), message: "Invalid API key" });
+      }
+    } finally {
+      await keyed.close();
+    }
   });
 
   it("refuses a __proto__ metadata key, as REST does", async () => {

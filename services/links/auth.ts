@@ -114,6 +114,7 @@ export const hashSecret = (secret: string): Uint8Array => createHash("sha256").u
 /** The authenticated caller of a merchant RPC. */
 export const callerKey = createContextKey<string | undefined>(undefined, { description: "paylink caller" });
 const repeatedClientIdKey = createContextKey(false, { description: "client-id given more than once" });
+const repeatedAuthorizationKey = createContextKey(false, { description: "authorization given more than once" });
 
 /**
  * The customer's RPCs, which hold only a link id, and the batch RPCs, whose
@@ -125,11 +126,16 @@ const PUBLIC_METHODS = new Set(["GetCheckout", "CompletePayment", "BatchGetLinks
 export function requestContextValues(req: { rawHeaders: string[] }): ContextValues {
   const values = createContextValues();
   let clientIds = 0;
+  let authorizations = 0;
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
-    if (req.rawHeaders[i]!.toLowerCase() === "client-id") clientIds++;
+    const name = req.rawHeaders[i]!.toLowerCase();
+    if (name === "client-id") clientIds++;
+    else if (name === "authorization") authorizations++;
   }
   // Node joins repeated headers with ", ", which would name a third client.
   if (clientIds > 1) values.set(repeatedClientIdKey, true);
+  // And keeps only the first authorization, which would let a second key ride along unjudged.
+  if (authorizations > 1) values.set(repeatedAuthorizationKey, true);
   return values;
 }
 
@@ -155,7 +161,9 @@ export async function authenticateCall(
 ): Promise<void> {
   if (service.typeName !== LinkService.typeName || PUBLIC_METHODS.has(method.name)) return;
   if (values.get(repeatedClientIdKey)) throw invalid("Client ID header must be given once");
-  values.set(callerKey, await auth.authenticate(header.get("client-id"), header.get("authorization"), signal));
+  // Two keys are no key, as over REST (where they travel joined): Invalid API key in api-key mode.
+  const authorization = values.get(repeatedAuthorizationKey) ? "" : header.get("authorization");
+  values.set(callerKey, await auth.authenticate(header.get("client-id"), authorization, signal));
 }
 
 /** The caller the interceptor authenticated; every handler reads it here. */
