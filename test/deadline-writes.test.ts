@@ -11,6 +11,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { createLogger } from "../services/shared/logger.js";
 import { CreateLinkRequestSchema, LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { grpcFrame } from "./support/grpc-frame.js";
 import { type Stack, startStack } from "./support/stack.js";
 
 let stack: Stack;
@@ -35,10 +36,7 @@ it.each(["0S", "0n", "500u"])("runs no handler for a deadline already past on ar
   const clientId = `deadline-arrival-${timeout}`;
   const session = http2.connect(stack.linksUrl);
   try {
-    const message = toBinary(CreateLinkRequestSchema, request("late"));
-    const frame = Buffer.alloc(5 + message.length);
-    frame.writeUInt32BE(message.length, 1);
-    frame.set(message, 5);
+    const frame = grpcFrame(toBinary(CreateLinkRequestSchema, request("late")));
     const req = session.request({
       ":method": "POST",
       ":path": "/paylink.v1.LinkService/CreateLink",
@@ -82,9 +80,8 @@ it("leaves out of the group commit a create whose deadline passed, or whose call
     const late = client.createLink(request("late"), { headers, timeoutMs: 300 });
     await expect(late).rejects.toSatisfy((err) => err instanceof ConnectError && err.code === Code.DeadlineExceeded);
     // A caller that goes away while its create waits: not made either.
-    const gone = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
     const leaving = new AbortController();
-    const left = gone.createLink(request("gone"), { headers, signal: leaving.signal });
+    const left = client.createLink(request("gone"), { headers, signal: leaving.signal });
     await new Promise((resolve) => setTimeout(resolve, 200));
     leaving.abort();
     await expect(left).rejects.toSatisfy((err) => err instanceof ConnectError && err.code === Code.Canceled);

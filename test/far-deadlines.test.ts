@@ -7,6 +7,7 @@ import { gzipSync } from "node:zlib";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { GetLinkRequestSchema, GetLinkResponseSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { grpcFrame } from "./support/grpc-frame.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
@@ -48,16 +49,10 @@ async function call(headers: Record<string, string>, body: Buffer): Promise<Answ
 }
 
 const message = () => Buffer.from(toBinary(GetLinkRequestSchema, create(GetLinkRequestSchema, { id })));
-const framed = (flag: number, payload: Buffer) => {
-  const head = Buffer.alloc(5);
-  head[0] = flag;
-  head.writeUInt32BE(payload.length, 1);
-  return Buffer.concat([head, payload]);
-};
 const linkIdOf = (framedAnswer: Buffer) => fromBinary(GetLinkResponseSchema, framedAnswer.subarray(5)).link?.id;
 
 it.each(["720H", "99999999H", "2147484S"])("serves plain gRPC (the fast path) with grpc-timeout %s", async (timeout) => {
-  const answer = await call({ "content-type": "application/grpc", te: "trailers", "grpc-timeout": timeout }, framed(0, message()));
+  const answer = await call({ "content-type": "application/grpc", te: "trailers", "grpc-timeout": timeout }, grpcFrame(message()));
   expect(answer.grpcStatus).toBe("0");
   expect(linkIdOf(answer.body)).toBe(id);
 });
@@ -65,7 +60,7 @@ it.each(["720H", "99999999H", "2147484S"])("serves plain gRPC (the fast path) wi
 it("serves compressed gRPC (connect's adapter) with grpc-timeout 720H", async () => {
   const answer = await call(
     { "content-type": "application/grpc", te: "trailers", "grpc-timeout": "720H", "grpc-encoding": "gzip", "grpc-accept-encoding": "identity" },
-    framed(1, gzipSync(message())),
+    grpcFrame(gzipSync(message()), 1),
   );
   expect(answer.grpcStatus).toBe("0");
   expect(linkIdOf(answer.body)).toBe(id);
@@ -81,6 +76,6 @@ it("serves the Connect protocol with connect-timeout-ms of 30 days", async () =>
 });
 
 it("still gives up at a near deadline", async () => {
-  const answer = await call({ "content-type": "application/grpc", te: "trailers", "grpc-timeout": "1n" }, framed(0, message()));
+  const answer = await call({ "content-type": "application/grpc", te: "trailers", "grpc-timeout": "1n" }, grpcFrame(message()));
   expect(answer.grpcStatus).toBe("4");
 });

@@ -22,6 +22,7 @@ import {
   LinkType,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { grpcFrame } from "./support/grpc-frame.js";
 import { api, type Stack, startStack } from "./support/stack.js";
 
 let stack: Stack;
@@ -34,12 +35,11 @@ const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 
 describe("JSON over the Connect protocol and gRPC", () => {
   it.each([
-    ["application/json", (body: string) => Buffer.from(body)],
-    ["application/grpc+json", (body: string) => Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), Buffer.from(body)])],
+    ["application/json", (body: Buffer) => body],
+    ["application/grpc+json", (body: Buffer) => grpcFrame(body)],
   ] as const)("refuses a field the API does not define (%s), as REST does", async (contentType, frame) => {
     const body = JSON.stringify({ type: "LINK_TYPE_PAYMENT", expire_in: 600, data: { amount: { value: "1000", currency: "USD" }, description: "typo" } });
-    const framed = frame(body);
-    if (contentType !== "application/json") framed.writeUInt32BE(framed.length - 5, 1);
+    const framed = frame(Buffer.from(body));
     // h2c, as the LinkService speaks it (fetch would speak HTTP/1.1).
     const merchant = await stack.merchantHeaders("client-json");
     const session = http2.connect(stack.linksUrl);

@@ -6,6 +6,7 @@ import { gzipSync } from "node:zlib";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { GetLinkRequestSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { grpcFrame } from "./support/grpc-frame.js";
 import { type Stack, startStack } from "./support/stack.js";
 
 let stack: Stack;
@@ -40,21 +41,15 @@ async function grpcStatus(headers: Record<string, string>, body: Buffer, path = 
   });
 }
 
-const frame = (payload: Buffer, flag = 0, declared = payload.length) => {
-  const head = Buffer.alloc(5);
-  head[0] = flag;
-  head.writeUInt32BE(declared, 1);
-  return Buffer.concat([head, payload]);
-};
 const valid = () => Buffer.from(toBinary(GetLinkRequestSchema, create(GetLinkRequestSchema, { id: "lnk-nope" })));
 const garbage = Buffer.from([0xff, 0xff, 0xff]);
 
 // Each case as plain gRPC and as gzip: [name, plain body, gzip body].
 const cases: [string, Buffer, Buffer][] = [
-  ["a message that does not decode", frame(garbage), frame(gzipSync(garbage), 1)],
+  ["a message that does not decode", grpcFrame(garbage), grpcFrame(gzipSync(garbage), 1)],
   ["no message", Buffer.alloc(0), Buffer.alloc(0)],
-  ["two messages", Buffer.concat([frame(valid()), frame(valid())]), Buffer.concat([frame(gzipSync(valid()), 1), frame(gzipSync(valid()), 1)])],
-  ["a message cut short", frame(valid()).subarray(0, 7), frame(gzipSync(valid()), 1).subarray(0, 7)],
+  ["two messages", Buffer.concat([grpcFrame(valid()), grpcFrame(valid())]), Buffer.concat([grpcFrame(gzipSync(valid()), 1), grpcFrame(gzipSync(valid()), 1)])],
+  ["a message cut short", grpcFrame(valid()).subarray(0, 7), grpcFrame(gzipSync(valid()), 1).subarray(0, 7)],
 ];
 
 it.each(cases)("answers %s alike on both paths", async (_name, plain, gzipped) => {
@@ -64,12 +59,12 @@ it.each(cases)("answers %s alike on both paths", async (_name, plain, gzipped) =
 });
 
 it("answers a compressed message without grpc-encoding INTERNAL, as grpc-go does", async () => {
-  expect(await grpcStatus({}, frame(gzipSync(valid()), 1))).toBe("13");
+  expect(await grpcStatus({}, grpcFrame(gzipSync(valid()), 1))).toBe("13");
 });
 
 it("ends the gateway's stream of batches as connect's adapter does on a message that does not decode", async () => {
   const path = "/paylink.internal.v1.LinkBatchService/Batches";
-  const direct = await grpcStatus({}, frame(garbage), path);
-  const adapter = await grpcStatus({ "grpc-encoding": "gzip", "grpc-accept-encoding": "gzip" }, frame(gzipSync(garbage), 1), path);
+  const direct = await grpcStatus({}, grpcFrame(garbage), path);
+  const adapter = await grpcStatus({ "grpc-encoding": "gzip", "grpc-accept-encoding": "gzip" }, grpcFrame(gzipSync(garbage), 1), path);
   expect([direct, adapter]).toEqual(["13", "13"]);
 });

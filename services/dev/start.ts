@@ -72,14 +72,15 @@ process.on("SIGINT", onSignal);
 process.on("SIGTERM", onSignal);
 
 try {
-  await portsFree([
+  const ports: [name: string, port: number][] = [
     ["LINKS_PORT", config.linksPort],
     ["GATEWAY_PORT", config.gatewayPort],
     ["NOTIFIER_PORT", config.notifierPort],
     ["GATEWAY_METRICS_PORT", config.gatewayMetricsPort],
     ["LINKS_METRICS_PORT", config.linksMetricsPort],
-    ...(config.databaseUrl ? [] : ([["EMBEDDED_POSTGRES_PORT", Number(EMBEDDED_PG_PORT)]] as [string, number][])),
-  ]);
+  ];
+  if (!config.databaseUrl) ports.push(["EMBEDDED_POSTGRES_PORT", Number(EMBEDDED_PG_PORT)]);
+  await portsFree(ports);
   const databaseUrl = config.databaseUrl ?? (await startEmbeddedPostgres());
   await ensureNats(config.natsUrl, DATA_ROOT, log, (binary, args) => {
     supervisor.layer().spawn(binary, args, { quiet: true });

@@ -209,7 +209,8 @@ function httpUrl(path: string, value: string): string {
   } catch {
     url = undefined;
   }
-  if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || length(value) > 2048 || url.href.length > 2048) {
+  // ABSOLUTE_HTTP has settled the scheme.
+  if (!url || length(value) > 2048 || url.href.length > 2048) {
     throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
   }
   return value;
