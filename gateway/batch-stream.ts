@@ -22,8 +22,8 @@ import { toHeaders } from "./grpc-transport.js";
 const { NGHTTP2_CANCEL } = http2.constants;
 const PATH = `/${LinkBatchService.typeName}/${LinkBatchService.method.batches.name}`;
 // The LinkService's limit on one message: a larger call is refused here
-// (RESOURCE_EXHAUSTED) and goes as a unary call, which fails alone rather
-// than ending the stream for every call on it.
+// (RESOURCE_EXHAUSTED), rather than sent to end the stream for every call on
+// it, and the gateway sends its items as two calls (clients.ts).
 const MAX_STREAM_MESSAGE_BYTES = 1024 * 1024;
 const MAX_UNSENT_BYTES = 4 * 1024 * 1024;
 

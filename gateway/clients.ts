@@ -7,7 +7,9 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus } from "../proto/gen/grpc/health/v1/health_pb.js";
 import {
+  type BatchCreateLinksResponse,
   BatchCreateLinksRequestSchema,
+  type BatchGetLinksResponse,
   BatchGetLinksRequestSchema,
   type CreateLinkRequest,
   type CreateLinkResponse,
@@ -58,13 +60,13 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
 
   const gets = createBatcher<Queued<{ caller: Caller; id: string }>, GetLinkResponse>(
     withinDeadlines(async (items, timeoutMs) =>
-      results(items.length, (await batches.getLinks(items.map(({ caller, id }) => batchItem(caller, { id })), timeoutMs)).results),
+      results(items.length, await batches.getLinks(items.map(({ caller, id }) => batchItem(caller, { id })), timeoutMs)),
     ),
     BATCHING,
   );
   const creates = createBatcher<Queued<{ caller: Caller; request: CreateLinkRequest }>, CreateLinkResponse>(
     withinDeadlines(async (items, timeoutMs) =>
-      results(items.length, (await batches.createLinks(items.map(({ caller, request }) => batchItem(caller, request)), timeoutMs)).results),
+      results(items.length, await batches.createLinks(items.map(({ caller, request }) => batchItem(caller, request)), timeoutMs)),
     ),
     BATCHING,
   );
@@ -107,9 +109,10 @@ function batchItem<R>(caller: Caller, request: R) {
 
 /**
  * A batch call, as a message of the stream of batches where the LinkService
- * serves it, else as a unary call: for a minute after an older LinkService
- * (a rolling deploy) answered UNIMPLEMENTED, and for a call too large to be
- * a message of the stream.
+ * serves it, else as a unary call for a minute after an older LinkService
+ * (a rolling deploy) answered UNIMPLEMENTED. A batch too large for one
+ * message goes as two calls of half its items each, so that no request fails
+ * for the size of the others that queued beside it.
  */
 function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamClient) {
   let unaryUntil = 0;
@@ -118,10 +121,7 @@ function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamCl
     try {
       return await call();
     } catch (err) {
-      if (!(err instanceof ConnectError)) throw err;
-      // Too large for the stream: this call alone goes unary.
-      if (err.code === Code.ResourceExhausted) return unary();
-      if (err.code !== Code.Unimplemented) throw err;
+      if (!(err instanceof ConnectError) || err.code !== Code.Unimplemented) throw err;
       unaryUntil = Date.now() + UNARY_AFTER_UNIMPLEMENTED_MS;
       return unary();
     }
@@ -132,16 +132,31 @@ function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamCl
     if (answer.case !== (call as { case: K }).case) throw new ConnectError("the batch stream answered another call", Code.Internal);
     return answer.value as BatchAnswer<K>;
   }
+  /** The items' results; RESOURCE_EXHAUSTED (over either end's 1 MiB message limit) splits the batch. */
+  async function inHalves<I, R>(items: I[], send: (items: I[]) => Promise<{ results: R[] }>): Promise<R[]> {
+    try {
+      return (await send(items)).results;
+    } catch (err) {
+      if (!(err instanceof ConnectError) || err.code !== Code.ResourceExhausted || items.length < 2) throw err;
+      const half = Math.ceil(items.length / 2);
+      const [first, second] = await Promise.all([inHalves(items.slice(0, half), send), inHalves(items.slice(half), send)]);
+      return first.concat(second);
+    }
+  }
   return {
-    getLinks: (items: MessageInitShape<typeof BatchGetLinksRequestSchema>["items"], timeoutMs: number) =>
-      viaStream(
-        () => onStream({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items }) }, timeoutMs),
-        () => links.batchGetLinks({ items }, { timeoutMs }),
+    getLinks: (items: NonNullable<MessageInitShape<typeof BatchGetLinksRequestSchema>["items"]>, timeoutMs: number) =>
+      inHalves(items, (part): Promise<BatchGetLinksResponse> =>
+        viaStream(
+          () => onStream({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items: part }) }, timeoutMs),
+          () => links.batchGetLinks({ items: part }, { timeoutMs }),
+        ),
       ),
-    createLinks: (items: MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"], timeoutMs: number) =>
-      viaStream(
-        () => onStream({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items }) }, timeoutMs),
-        () => links.batchCreateLinks({ items }, { timeoutMs }),
+    createLinks: (items: NonNullable<MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"]>, timeoutMs: number) =>
+      inHalves(items, (part): Promise<BatchCreateLinksResponse> =>
+        viaStream(
+          () => onStream({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items: part }) }, timeoutMs),
+          () => links.batchCreateLinks({ items: part }, { timeoutMs }),
+        ),
       ),
   };
 }

@@ -6,6 +6,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { create } from "@bufbuild/protobuf";
 import { sql } from "drizzle-orm";
+import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { inject } from "vitest";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
@@ -317,6 +318,39 @@ describe("the batched store", () => {
       await close();
     }
   });
+});
+
+describe("batches over a message's size", () => {
+  it("splits a batch too large for one message, so that concurrent creates near the body limit each get 201", async () => {
+    // About 60 KB of JSON each: 17 of them pass the LinkService's 1 MiB message limit.
+    const large = (i: number) =>
+      validLink({
+        data: {
+          amount: { value: 10, currency: "USD" },
+          description: `large ${i}`,
+          items: Array.from({ length: 48 }, (_, n) => ({ name: `${n}`.padEnd(200, "n"), description: "d".repeat(1000), quantity: 1, amount: 1 })),
+        },
+      });
+    expect(JSON.stringify(large(0)).length).toBeGreaterThan(58_000);
+    // Inserts wait on this lock, so the gateway's calls stay in flight and the creates behind them pile up into one batch.
+    const holder = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
+    const conn = await holder.reserve();
+    await conn`begin`;
+    await conn`lock table links in share mode`;
+    let answers: Awaited<ReturnType<typeof api>>[];
+    try {
+      const sent = Array.from({ length: 60 }, (_, i) => api(stack, "POST", "/v1/links", { clientId: i % 2 ? "large-a" : "large-b", body: large(i) }));
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      await conn`commit`;
+      answers = await Promise.all(sent);
+    } finally {
+      await conn`rollback`.catch(() => {});
+      conn.release();
+      await holder.end();
+    }
+    expect(answers.map((res) => res.status)).toEqual(answers.map(() => 201));
+    expect(answers.map((res) => res.body.data.description)).toEqual(answers.map((_, i) => `large ${i}`));
+  }, 30_000);
 });
 
 describe("1,000 concurrent mixed REST requests", () => {
