@@ -10,7 +10,8 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { createLogger } from "../services/shared/logger.js";
-import { CreateLinkRequestSchema, LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { BatchCreateLinksRequestSchema, CreateLinkRequestSchema, LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createBatchStreamClient } from "../gateway/batch-stream.js";
 import { grpcFrame } from "./support/grpc-frame.js";
 import { type Stack, startStack } from "./support/stack.js";
 
@@ -61,14 +62,16 @@ it.each(["0S", "0n", "500u"])("runs no handler for a deadline already past on ar
   expect(await linksOf(clientId)).toEqual([]);
 });
 
-it("leaves out of the group commit a create whose deadline passed, or whose caller left, while it waited", { timeout: 30_000 }, async () => {
-  const clientId = "deadline-queued";
+/**
+ * Runs `meanwhile` while inserts wait on a lock, after four creates have
+ * filled the batched store's four slots, so that the creates it makes queue
+ * for the group commit; then lets the inserts go.
+ */
+async function withInsertsQueued(clientId: string, meanwhile: () => Promise<void>): Promise<void> {
   const headers = await stack.merchantHeaders(clientId);
   const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
-  // Inserts wait on this lock, so the batched store's four slots fill and the next create queues.
   const holder = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
-  const locked = holder.reserve();
-  const conn = await locked;
+  const conn = await holder.reserve();
   await conn`begin`;
   await conn`lock table links in share mode`;
   try {
@@ -77,6 +80,23 @@ it("leaves out of the group commit a create whose deadline passed, or whose call
       blocked.push(client.createLink(request(`blocked ${i}`), { headers }));
       await new Promise((resolve) => setTimeout(resolve, 100)); // each its own batch, in its own slot
     }
+    await meanwhile();
+    await conn`commit`;
+    await Promise.all(blocked);
+  } finally {
+    await conn`rollback`.catch(() => {});
+    conn.release();
+    await holder.end();
+  }
+  // The slot that freed sent what waited.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+}
+
+it("leaves out of the group commit a create whose deadline passed, or whose caller left, while it waited", { timeout: 30_000 }, async () => {
+  const clientId = "deadline-queued";
+  const headers = await stack.merchantHeaders(clientId);
+  const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+  await withInsertsQueued(clientId, async () => {
     const late = client.createLink(request("late"), { headers, timeoutMs: 300 });
     await expect(late).rejects.toSatisfy((err) => err instanceof ConnectError && err.code === Code.DeadlineExceeded);
     // A caller that goes away while its create waits: not made either.
@@ -86,15 +106,34 @@ it("leaves out of the group commit a create whose deadline passed, or whose call
     leaving.abort();
     await expect(left).rejects.toSatisfy((err) => err instanceof ConnectError && err.code === Code.Canceled);
     await new Promise((resolve) => setTimeout(resolve, 200));
-    await conn`commit`;
-    await Promise.all(blocked);
+  });
+  expect((await linksOf(clientId)).sort()).toEqual(["blocked 0", "blocked 1", "blocked 2", "blocked 3"]);
+  expect(lines.filter((line) => line.level >= 50)).toEqual([]);
+});
+
+it("does the same for a call on the gateway's stream of batches: past its deadline, or its stream gone", { timeout: 30_000 }, async () => {
+  const clientId = "deadline-stream";
+  const { authorization } = (await stack.merchantHeaders(clientId)) as { authorization?: string };
+  const creates = (description: string) => ({
+    case: "createLinks" as const,
+    value: create(BatchCreateLinksRequestSchema, { items: [{ clientId, authorization, request: request(description) }] }),
+  });
+  const session = http2.connect(stack.linksUrl);
+  try {
+    await withInsertsQueued(clientId, async () => {
+      const late = createBatchStreamClient(() => session).call(creates("late"), 300);
+      await expect(late).rejects.toSatisfy((err) => err instanceof ConnectError && err.code === Code.DeadlineExceeded);
+      // The gateway's stream ends (say, the gateway is killed) while its create waits.
+      const leaving = createBatchStreamClient(() => session);
+      const left = leaving.call(creates("gone"), 10_000);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      leaving.close();
+      await expect(left).rejects.toSatisfy((err) => err instanceof ConnectError && err.code === Code.Unavailable);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    });
   } finally {
-    await conn`rollback`.catch(() => {});
-    conn.release();
-    await holder.end();
+    session.close();
   }
-  // The slot that freed sent what waited: the late create was not in it.
-  await new Promise((resolve) => setTimeout(resolve, 200));
   expect((await linksOf(clientId)).sort()).toEqual(["blocked 0", "blocked 1", "blocked 2", "blocked 3"]);
   expect(lines.filter((line) => line.level >= 50)).toEqual([]);
 });
