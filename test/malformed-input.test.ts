@@ -89,6 +89,9 @@ function cases(): Case[] {
     all.push({ label: `redeliver ${label}`, method: "POST", path: `/v1/links/${id}/events/${id}/redeliver` });
     all.push({ label: `page ${label}`, method: "GET", path: `/link/${id}`, clientId: null });
     all.push({ label: `pay ${label}`, ...json(`/link/${id}/pay`, '{"payment_method":"bank_transfer"}'), clientId: null });
+    // A pay retry's key is looked up before the link is: the id must not reach that lookup either.
+    const keyed = json(`/link/${id}/pay`, '{"payment_method":"bank_transfer"}', { "idempotency-key": "retry-1" });
+    all.push({ label: `keyed pay ${label}`, ...keyed, clientId: null });
   }
   const queries = [
     "limit=0", "limit=-1", "limit=1e2", "limit=abc", "limit=1&limit=2", "status=foo", "status=", "x=1", "%zz", "limit[]=1",

@@ -14,6 +14,7 @@ import {
   CompletePaymentResponseSchema,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { idempotencyKeyReused } from "../shared/rpc-errors.js";
+import { isLinkId } from "../shared/ids.js";
 import type { Executor } from "./db.js";
 import * as store from "./store.js";
 import { validateIdempotencyKey } from "./validate.js";
@@ -56,7 +57,8 @@ export function paymentKeyOf(req: CompletePaymentRequest): string | undefined {
  */
 export async function replayPayment(db: Executor, req: CompletePaymentRequest): Promise<CompletePaymentResponse | undefined> {
   const key = paymentKeyOf(req);
-  if (key === undefined) return undefined;
+  // An id that names no link (PostgreSQL refuses one with NUL) has paid nothing: the pay answers its 404.
+  if (key === undefined || !isLinkId(req.linkId)) return undefined;
   const held = await store.findKey(db, refOf(req, key));
   if (!held?.response) return undefined;
   if (held.requestHash !== requestHash(req)) throw idempotencyKeyReused();
