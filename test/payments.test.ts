@@ -15,6 +15,7 @@ import {
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createCaptureRetrier, RELEASE_RETRY_MS } from "../services/links/captures.js";
+import { createAttempts } from "../services/links/attempts.js";
 import { createPayments, HOLD_RELEASE_AFTER_MS } from "../services/links/payments.js";
 import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
 import { deliveries, links, openHolds, outbox, payments } from "../services/links/schema.js";
@@ -254,8 +255,10 @@ describe("over gRPC", () => {
 describe("when the processor or the clock get in the way", () => {
   const silent = pino({ level: "silent" });
 
+  /** `db` for the payment's own steps; the lock against card testing keeps the real database. */
   function paymentsWith(processor: PaymentProcessor, clock = testClock(stack.clock.now()), db = stack.db) {
-    return createPayments({ db, clock, processor, logger: silent, onEventsCommitted: () => {} });
+    const attempts = createAttempts({ db: stack.db, clock, logger: silent });
+    return createPayments({ db, clock, processor, logger: silent, onEventsCommitted: () => {}, attempts });
   }
   const bankTransfer = (linkId: string) =>
     create(CompletePaymentRequestSchema, { linkId, paymentMethod: PaymentMethod.BANK_TRANSFER });

@@ -2,6 +2,7 @@
 // (each gateway copy counts its own), and the per-link lock against card
 // testing, held in PostgreSQL so that every LinkService copy agrees.
 import { Code, createClient } from "@connectrpc/connect";
+import { sql } from "drizzle-orm";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkService, PaymentMethod } from "../proto/gen/paylink/v1/link_service_pb.js";
@@ -179,6 +180,44 @@ describe("per link, across LinkService copies", () => {
       // Once the hour since the first failure has passed, the link can be paid.
       stack.clock.advance(50 * 60_000);
       expect((await pay(1, "4242424242424242")).paymentId).toMatch(/^pay-/);
+    } finally {
+      await other.close();
+      await stack.close();
+    }
+  });
+
+  it("lets no more than 5 attempts through when many arrive at once: an attempt counts from its start", async () => {
+    const stack = await startStack();
+    const other = await stack.startLinksCopy();
+    try {
+      const copies = [stack.linksUrl, `http://127.0.0.1:${other.port}`].map((baseUrl) =>
+        createClient(LinkService, createGrpcTransport({ baseUrl })),
+      );
+      const link = (await api(stack, "POST", "/v1/links", { body: validLink() })).body;
+      const outcomes = await Promise.all(
+        Array.from({ length: 30 }, (_, i) =>
+          copies[i % 2]!.completePayment({
+            linkId: link.id,
+            paymentMethod: PaymentMethod.CARD,
+            card: { number: DECLINED, expMonth: 12, expYear: 2099, cvc: "123" },
+          }).then(
+            () => "paid",
+            (err: { code: Code }) => Code[err.code],
+          ),
+        ),
+      );
+      const count = (outcome: string) => outcomes.filter((o) => o === outcome).length;
+      expect({ declined: count("FailedPrecondition"), locked: count("ResourceExhausted") }).toEqual({ declined: 5, locked: 25 });
+      // An attempt that is not refused for its card does not count once it ends: a good card pays once the hour is over.
+      stack.clock.advance(60 * 60_000 + 1000);
+      const paid = await copies[0]!.completePayment({
+        linkId: link.id,
+        paymentMethod: PaymentMethod.CARD,
+        card: { number: "4242424242424242", expMonth: 12, expYear: 2099, cvc: "123" },
+      });
+      expect(paid.paymentId).toMatch(/^pay-/);
+      const counted = await stack.db.execute<{ n: string }>(sql`SELECT count(*) AS n FROM payment_failures WHERE link_id = ${link.id}`);
+      expect(Number(counted[0]!.n)).toBe(5);
     } finally {
       await other.close();
       await stack.close();

@@ -1,43 +1,80 @@
 // The per-link lock against card testing: after MAX_FAILURES failed payment
 // attempts (declined, or an invalid card) within WINDOW_MS, pay on that link
 // is refused until the oldest of them is WINDOW_MS old. The link itself
-// stays created.
+// stays created. An attempt takes its place among them from its start and
+// gives it back when it ends without failing, so that attempts sent together
+// cannot all pass before any has failed: while running ones fill the room,
+// the next waits for one to end. One that never ends (its LinkService killed
+// mid-attempt) counts as failed once RUNNING_MAX_MS have passed.
+import { randomUUID } from "node:crypto";
 import type { Clock } from "../shared/clock.js";
+import type { Logger } from "../shared/logger.js";
 import { paymentAttemptsExceeded } from "../shared/rpc-errors.js";
-import type { Executor } from "./db.js";
+import type { Db, Executor } from "./db.js";
 import * as failures from "./failure-store.js";
 
 export const MAX_FAILURES = 5;
 export const WINDOW_MS = 3_600_000;
+// Longer than any pay runs (its deadline is 30 s).
+const RUNNING_MAX_MS = 60_000;
 
-export interface Attempts {
-  /** Throws RESOURCE_EXHAUSTED (PAYMENT_ATTEMPTS_EXCEEDED) while the link is locked. */
-  assertOpen(linkId: string): Promise<void>;
-  /** Runs an attempt step; a refusal it throws that `counts` is counted against the link. */
-  counting<T>(linkId: string, step: () => T | Promise<T>, counts: (refusal: unknown) => boolean): Promise<T>;
-  /** Counts a refusal against the link and hands it back to be thrown. */
-  failed(linkId: string, refusal: Error): Promise<Error>;
+export interface Attempt {
+  /** Runs a step; a refusal it throws that `counts` makes the attempt a failed one. */
+  counting<T>(step: () => T | Promise<T>, counts: (refusal: unknown) => boolean): Promise<T>;
+  /** Makes the attempt a failed one, and hands the refusal back to be thrown. */
+  failed(refusal: Error): Error;
+  /** The attempt is over: a failed one counts for the window, any other no longer counts. */
+  end(): Promise<void>;
 }
 
-export function createAttempts({ db, clock }: { db: Executor; clock: Clock }): Attempts {
+export interface Attempts {
+  /**
+   * Starts an attempt on the link; undefined while attempts running now
+   * fill its room (ask again shortly). Throws RESOURCE_EXHAUSTED
+   * (PAYMENT_ATTEMPTS_EXCEEDED) while the link is locked.
+   */
+  begin(linkId: string): Promise<Attempt | undefined>;
+}
+
+export function createAttempts({ db, clock, logger }: { db: Db; clock: Clock; logger: Logger }): Attempts {
   return {
-    async assertOpen(linkId) {
+    async begin(linkId) {
       const now = clock.now();
-      const oldest = await failures.nthRecentFailure(db, linkId, new Date(now.getTime() - WINDOW_MS), MAX_FAILURES);
-      if (oldest) throw paymentAttemptsExceeded((oldest.getTime() + WINDOW_MS - now.getTime()) / 1000);
-    },
-    async counting(linkId, step, counts) {
-      try {
-        return await step();
-      } catch (err) {
-        throw counts(err) ? await this.failed(linkId, err as Error) : err;
-      }
-    },
-    async failed(linkId, refusal) {
-      await failures.recordFailure(db, linkId, clock.now());
-      return refusal;
+      const attemptId = randomUUID();
+      const room = await failures.reserveAttempt(
+        db,
+        { linkId, attemptId, at: now },
+        { since: new Date(now.getTime() - WINDOW_MS), runningSince: new Date(now.getTime() - RUNNING_MAX_MS), max: MAX_FAILURES },
+      );
+      if (room.reserved) return attempt(linkId, attemptId);
+      if (room.lockedBy) throw paymentAttemptsExceeded((room.lockedBy.getTime() + WINDOW_MS - now.getTime()) / 1000);
+      return undefined;
     },
   };
+
+  function attempt(linkId: string, attemptId: string): Attempt {
+    let failed = false;
+    const fail = (refusal: Error) => {
+      failed = true;
+      return refusal;
+    };
+    return {
+      async counting(step, counts) {
+        try {
+          return await step();
+        } catch (err) {
+          throw counts(err) ? fail(err as Error) : err;
+        }
+      },
+      failed: fail,
+      async end() {
+        // Left running when this fails: it counts as failed once RUNNING_MAX_MS have passed.
+        await (failed ? failures.keepAttempt : failures.forgetAttempt)(db, linkId, attemptId).catch((err: unknown) =>
+          logger.warn({ err, linkId }, "could not record the end of a payment attempt"),
+        );
+      },
+    };
+  }
 }
 
 export const deleteOldFailures = (db: Executor, now: Date) =>

@@ -1,29 +1,56 @@
-// Failed payment attempts per link, in PostgreSQL so that every LinkService
-// copy counts the same attempts. Each query takes the database or a transaction.
+// Payment attempts that count against a link, in PostgreSQL so that every
+// LinkService copy counts the same attempts. Each query takes the database
+// or a transaction.
 import { and, desc, eq, gt, lte, sql } from "drizzle-orm";
-import { isLinkId } from "../shared/ids.js";
-import type { Executor } from "./db.js";
-import { links, paymentFailures } from "./schema.js";
+import type { Db, Executor } from "./db.js";
+import { paymentFailures } from "./schema.js";
 
-/** Records a failed attempt on a link that exists (an unknown id records nothing). */
-export async function recordFailure(db: Executor, linkId: string, at: Date): Promise<void> {
-  if (!isLinkId(linkId)) return;
-  await db
-    .insert(paymentFailures)
-    .select(db.select({ linkId: links.id, failedAt: sql`${at.toISOString()}::timestamptz`.as("failed_at") }).from(links).where(eq(links.id, linkId)));
+/**
+ * Room for the attempt; or none: locked by the failure at `lockedBy`, or,
+ * without it, until an attempt running now ends.
+ */
+export type Reservation = { reserved: true } | { reserved: false; lockedBy?: Date };
+
+/**
+ * Counts an attempt against the link from its start, if fewer than `max`
+ * attempts since `since` count: those that failed, and those still running.
+ * A running one older than `runningSince` never ended (its LinkService was
+ * killed) and counts as failed. One at a time per link (a transaction
+ * advisory lock on its id), so that attempts arriving together cannot all
+ * find room.
+ */
+export function reserveAttempt(
+  db: Db,
+  attempt: { linkId: string; attemptId: string; at: Date },
+  { since, runningSince, max }: { since: Date; runningSince: Date; max: number },
+): Promise<Reservation> {
+  return db.transaction(async (tx): Promise<Reservation> => {
+    // Not the link's row: pay's own transaction, expiry and the sweeper lock that one.
+    await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`paylink.attempts:${attempt.linkId}`}, 0))`);
+    const counted = await tx
+      .select({ at: paymentFailures.failedAt, attemptId: paymentFailures.attemptId })
+      .from(paymentFailures)
+      .where(and(eq(paymentFailures.linkId, attempt.linkId), gt(paymentFailures.failedAt, since)))
+      .orderBy(desc(paymentFailures.failedAt));
+    const failed = counted.filter((row) => row.attemptId === null || row.at.getTime() <= runningSince.getTime());
+    if (failed.length >= max) return { reserved: false, lockedBy: failed[max - 1]!.at };
+    if (counted.length >= max) return { reserved: false };
+    await tx.insert(paymentFailures).values({ linkId: attempt.linkId, failedAt: attempt.at, attemptId: attempt.attemptId });
+    return { reserved: true };
+  });
 }
 
-/** The `nth` most recent failure after `since`, if there were that many. */
-export async function nthRecentFailure(db: Executor, linkId: string, since: Date, nth: number): Promise<Date | undefined> {
-  if (!isLinkId(linkId)) return undefined;
-  const [row] = await db
-    .select({ failedAt: paymentFailures.failedAt })
-    .from(paymentFailures)
-    .where(and(eq(paymentFailures.linkId, linkId), gt(paymentFailures.failedAt, since)))
-    .orderBy(desc(paymentFailures.failedAt))
-    .offset(nth - 1)
-    .limit(1);
-  return row?.failedAt;
+/** The attempt failed: it counts for good. */
+export async function keepAttempt(db: Executor, linkId: string, attemptId: string): Promise<void> {
+  await db
+    .update(paymentFailures)
+    .set({ attemptId: null })
+    .where(and(eq(paymentFailures.linkId, linkId), eq(paymentFailures.attemptId, attemptId)));
+}
+
+/** The attempt ended without failing: it no longer counts. */
+export async function forgetAttempt(db: Executor, linkId: string, attemptId: string): Promise<void> {
+  await db.delete(paymentFailures).where(and(eq(paymentFailures.linkId, linkId), eq(paymentFailures.attemptId, attemptId)));
 }
 
 export async function deleteFailuresBefore(db: Executor, before: Date): Promise<void> {

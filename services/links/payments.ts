@@ -21,7 +21,7 @@ import {
   processorNotConfigured,
   processorUnavailable,
 } from "../shared/rpc-errors.js";
-import { createAttempts } from "./attempts.js";
+import { type Attempt, type Attempts, createAttempts } from "./attempts.js";
 import { captureAndRecord } from "./captures.js";
 import { cardBrand, isCardRefusal, validateCard } from "./card.js";
 import type { Db } from "./db.js";
@@ -30,7 +30,7 @@ import { enqueue, newEvent } from "./outbox.js";
 import { paymentKeyOf, replayPayment, savePaymentAnswer } from "./payment-keys.js";
 import type { CardInput, PaymentProcessor } from "./processor.js";
 import { withTimeout } from "../shared/with-timeout.js";
-import { dataFromRow, statusAt } from "./records.js";
+import { dataFromRow, type LinkRow, statusAt } from "./records.js";
 import * as store from "./store.js";
 
 export interface Payments {
@@ -44,6 +44,8 @@ const AUTHORIZE_TIMEOUT_MS = 20_000;
 // An open hold this old has no pay waiting on its authorization any more:
 // the capture job may release it. A pay slower still cannot commit with it.
 export const HOLD_RELEASE_AFTER_MS = 5 * 60_000;
+// How long an attempt waits, spread, before it asks again for room among the link's attempts.
+const ATTEMPT_WAIT_MS = 50;
 
 export interface PaymentsDeps {
   db: Db;
@@ -53,11 +55,13 @@ export interface PaymentsDeps {
   /** Called after a payment commits, so its event is published without waiting for a poll. */
   onEventsCommitted: () => void;
   logger: Logger;
+  /** The lock against card testing; by default on `db`. */
+  attempts?: Attempts;
 }
 
 export function createPayments(deps: PaymentsDeps): Payments {
   const { db, clock } = deps;
-  const attempts = createAttempts({ db, clock });
+  const attempts = deps.attempts ?? createAttempts({ db, clock, logger: deps.logger });
 
   return {
     async complete(req) {
@@ -70,152 +74,172 @@ export function createPayments(deps: PaymentsDeps): Payments {
       // The link's own state answers before the lock against card testing: a
       // used link is 409 and an expired one 410 whatever failed on it before,
       // and nothing tried on a link that cannot be paid counts against it.
-      const row = await store.findLink(db, req.linkId);
-      if (!row) throw linkNotFound();
-      const refused = linkStateError(statusAt(row, clock.now()));
-      if (refused) {
-        // Paid meanwhile by a concurrent try of this very attempt: its answer is ours.
-        const earlier = await lostTo(req);
-        if (earlier) return earlier;
-        throw refused;
-      }
-      await attempts.assertOpen(req.linkId);
-      const card: CardInput | undefined =
-        method === "card" ? await attempts.counting(req.linkId, () => validateCard(req.card, clock), isCardRefusal) : undefined;
-      const data = dataFromRow(row);
-      if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
-        throw invalid(`payment_method ${method} is not accepted for this link`);
-      }
-      if (!deps.processor) throw processorNotConfigured();
-      const processor = deps.processor;
-
-      const amount = data.amount!;
-      // Written before the processor is asked, so a hold this attempt never
-      // gets to record (a crash, a lost answer) is still found and released.
-      const reference = newHoldReference();
-      const openedAt = clock.now();
-      await store.openHold(db, {
-        reference,
-        linkId: row.id,
-        createdAt: openedAt,
-        releaseAt: new Date(openedAt.getTime() + HOLD_RELEASE_AFTER_MS),
-      });
-      const auth = await withTimeout(
-        processor.authorize({ reference, amount: amount.value, currency: amount.currency, method, card }),
-        AUTHORIZE_TIMEOUT_MS,
-        "the processor",
-      ).catch((err: unknown) => {
-        // The customer may simply try again; a hold the processor made
-        // regardless is released by the capture job.
-        deps.logger.error({ err, linkId: row.id, reference }, "processor failed to authorize");
-        throw processorUnavailable();
-      });
-      if (!auth.approved) {
-        // Nothing is held; a row left behind only costs the job a release.
-        await store
-          .closeHold(db, reference)
-          .catch((err: unknown) => deps.logger.warn({ err, reference }, "could not close the hold of a decline"));
-        throw await attempts.failed(row.id, cardDeclined());
-      }
-      // A hold this attempt does not keep: voided now, or, when the void
-      // fails, left open (recorded again, if the capture job had closed it)
-      // for the capture job to release.
-      const dropHold = async () => {
-        const voided = await voidQuietly(processor, auth.authorizationId, deps.logger);
-        await (voided
-          ? store.closeHold(db, reference)
-          : store.reopenHold(db, { reference, linkId: row.id, createdAt: openedAt, releaseAt: clock.now() })
-        ).catch((err: unknown) => deps.logger.error({ err, reference }, "could not record what became of a hold"));
-      };
-
-      const paymentId = newPaymentId();
-      const answer = create(CompletePaymentResponseSchema, {
-        linkId: row.id,
-        paymentId,
-        transactionId: auth.transactionId,
-        redirectUrl: data.redirectUrl ? withIds(data.redirectUrl, row.id, paymentId) : undefined,
-      });
-      let txid: string | undefined;
-      // Whether this transaction took the link: a loser commits too (an
-      // empty transaction), so "it committed" alone does not say who won.
-      let tookLink = false;
-      let won: boolean;
-      try {
-        won = await db.transaction(async (tx) => {
-          txid = await store.currentTxid(tx);
-          const now = clock.now();
-          tookLink = (await store.markUsed(tx, row.id, now)) !== undefined;
-          if (!tookLink) return false;
-          // The capture job released this hold (the attempt ran past any
-          // deadline): the payment must not go through without it.
-          if (!(await store.takeHold(tx, reference))) throw new HoldReleased();
-          await store.insertPayment(tx, {
-            id: paymentId,
-            linkId: row.id,
-            transactionId: auth.transactionId,
-            authorizationId: auth.authorizationId,
-            amountValue: amount.value,
-            currency: amount.currency,
-            method,
-            cardBrand: card ? cardBrand(card.number) : null,
-            cardLast4: card ? card.number.slice(-4) : null,
-            createdAt: now,
-          });
-          // Ids only: the notifier asks the LinkService where and how to deliver.
-          const completed = { paymentId, transactionId: auth.transactionId };
-          const event = newEvent(now, {
-            linkId: row.id,
-            clientId: row.clientId,
-            payload: { case: "paymentCompleted", value: completed },
-          });
-          await store.insertDelivery(tx, newDelivery({ ...completed, id: event.id }, row, now));
-          await enqueue(tx, [event], now);
-          await savePaymentAnswer(tx, req, answer, now);
-          return true;
-        });
-      } catch (err) {
-        // The unique key on payments.link_id is the last line of defence if
-        // two attempts ever got past markUsed: this one surely lost.
-        if (isUniqueViolation(err)) {
-          await dropHold();
+      for (;;) {
+        const row = await store.findLink(db, req.linkId);
+        if (!row) throw linkNotFound();
+        const refused = linkStateError(statusAt(row, clock.now()));
+        if (refused) {
+          // Paid meanwhile by a concurrent try of this very attempt: its answer is ours.
           const earlier = await lostTo(req);
           if (earlier) return earlier;
-          throw linkUsed();
+          throw refused;
         }
-        // A connection lost during COMMIT may still have committed: ask
-        // Postgres what became of the transaction, and release the hold only
-        // for one that surely did not.
-        const outcome = txid === undefined ? "aborted" : await settledOutcome(db, txid);
-        if (outcome === undefined) {
-          deps.logger.error({ paymentId, linkId: row.id, txid }, "payment outcome unknown; hold left for reconciliation");
+        const attempt = await attempts.begin(row.id);
+        if (attempt) {
+          try {
+            return await attemptPayment(req, row, method, attempt);
+          } finally {
+            await attempt.end();
+          }
         }
-        if (outcome === "aborted") await dropHold();
-        if (err instanceof HoldReleased) throw processorUnavailable();
-        if (outcome !== "committed") throw err;
-        won = tookLink;
+        // Attempts running now fill the link's room: when one ends, the link may be paid, or locked, or have room.
+        await new Promise((resolve) => setTimeout(resolve, ATTEMPT_WAIT_MS * (0.5 + Math.random())));
       }
-
-      if (!won) {
-        await dropHold();
-        // Lost to an earlier try of this very attempt (same key): its answer is ours.
-        const earlier = await lostTo(req);
-        if (earlier) return earlier;
-        // The transition found the link no longer live: it is used or expired now.
-        const current = (await store.findLink(db, row.id))!;
-        throw linkStateError(statusAt(current, clock.now())) ?? linkUsed();
-      }
-      deps.onEventsCommitted();
-      // The link is ours and the hold keeps the funds: a capture that fails
-      // or is slow is finished by the capture job, never answered as a
-      // failed payment, and the customer waits for it only so long.
-      const capture = captureAndRecord(db, processor, clock, { id: paymentId, authorizationId: auth.authorizationId });
-      capture.catch((err: unknown) =>
-        deps.logger.warn({ err, paymentId, linkId: row.id }, "capture failed; the capture job will retry it"),
-      );
-      await Promise.race([capture.catch(() => {}), new Promise((resolve) => setTimeout(resolve, CAPTURE_WAIT_MS).unref())]);
-      return answer;
     },
   };
+
+  /** A payment attempt on a link that can be paid, counted against it from its start. */
+  async function attemptPayment(
+    req: CompletePaymentRequest,
+    row: LinkRow,
+    method: NonNullable<ReturnType<typeof methodName>>,
+    attempt: Attempt,
+  ): Promise<CompletePaymentResponse> {
+    const card: CardInput | undefined =
+      method === "card" ? await attempt.counting(() => validateCard(req.card, clock), isCardRefusal) : undefined;
+    const data = dataFromRow(row);
+    if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
+      throw invalid(`payment_method ${method} is not accepted for this link`);
+    }
+    if (!deps.processor) throw processorNotConfigured();
+    const processor = deps.processor;
+
+    const amount = data.amount!;
+    // Written before the processor is asked, so a hold this attempt never
+    // gets to record (a crash, a lost answer) is still found and released.
+    const reference = newHoldReference();
+    const openedAt = clock.now();
+    await store.openHold(db, {
+      reference,
+      linkId: row.id,
+      createdAt: openedAt,
+      releaseAt: new Date(openedAt.getTime() + HOLD_RELEASE_AFTER_MS),
+    });
+    const auth = await withTimeout(
+      processor.authorize({ reference, amount: amount.value, currency: amount.currency, method, card }),
+      AUTHORIZE_TIMEOUT_MS,
+      "the processor",
+    ).catch((err: unknown) => {
+      // The customer may simply try again; a hold the processor made
+      // regardless is released by the capture job.
+      deps.logger.error({ err, linkId: row.id, reference }, "processor failed to authorize");
+      throw processorUnavailable();
+    });
+    if (!auth.approved) {
+      // Nothing is held; a row left behind only costs the job a release.
+      await store
+        .closeHold(db, reference)
+        .catch((err: unknown) => deps.logger.warn({ err, reference }, "could not close the hold of a decline"));
+      throw attempt.failed(cardDeclined());
+    }
+    // A hold this attempt does not keep: voided now, or, when the void
+    // fails, left open (recorded again, if the capture job had closed it)
+    // for the capture job to release.
+    const dropHold = async () => {
+      const voided = await voidQuietly(processor, auth.authorizationId, deps.logger);
+      await (voided
+        ? store.closeHold(db, reference)
+        : store.reopenHold(db, { reference, linkId: row.id, createdAt: openedAt, releaseAt: clock.now() })
+      ).catch((err: unknown) => deps.logger.error({ err, reference }, "could not record what became of a hold"));
+    };
+
+    const paymentId = newPaymentId();
+    const answer = create(CompletePaymentResponseSchema, {
+      linkId: row.id,
+      paymentId,
+      transactionId: auth.transactionId,
+      redirectUrl: data.redirectUrl ? withIds(data.redirectUrl, row.id, paymentId) : undefined,
+    });
+    let txid: string | undefined;
+    // Whether this transaction took the link: a loser commits too (an
+    // empty transaction), so "it committed" alone does not say who won.
+    let tookLink = false;
+    let won: boolean;
+    try {
+      won = await db.transaction(async (tx) => {
+        txid = await store.currentTxid(tx);
+        const now = clock.now();
+        tookLink = (await store.markUsed(tx, row.id, now)) !== undefined;
+        if (!tookLink) return false;
+        // The capture job released this hold (the attempt ran past any
+        // deadline): the payment must not go through without it.
+        if (!(await store.takeHold(tx, reference))) throw new HoldReleased();
+        await store.insertPayment(tx, {
+          id: paymentId,
+          linkId: row.id,
+          transactionId: auth.transactionId,
+          authorizationId: auth.authorizationId,
+          amountValue: amount.value,
+          currency: amount.currency,
+          method,
+          cardBrand: card ? cardBrand(card.number) : null,
+          cardLast4: card ? card.number.slice(-4) : null,
+          createdAt: now,
+        });
+        // Ids only: the notifier asks the LinkService where and how to deliver.
+        const completed = { paymentId, transactionId: auth.transactionId };
+        const event = newEvent(now, {
+          linkId: row.id,
+          clientId: row.clientId,
+          payload: { case: "paymentCompleted", value: completed },
+        });
+        await store.insertDelivery(tx, newDelivery({ ...completed, id: event.id }, row, now));
+        await enqueue(tx, [event], now);
+        await savePaymentAnswer(tx, req, answer, now);
+        return true;
+      });
+    } catch (err) {
+      // The unique key on payments.link_id is the last line of defence if
+      // two attempts ever got past markUsed: this one surely lost.
+      if (isUniqueViolation(err)) {
+        await dropHold();
+        const earlier = await lostTo(req);
+        if (earlier) return earlier;
+        throw linkUsed();
+      }
+      // A connection lost during COMMIT may still have committed: ask
+      // Postgres what became of the transaction, and release the hold only
+      // for one that surely did not.
+      const outcome = txid === undefined ? "aborted" : await settledOutcome(db, txid);
+      if (outcome === undefined) {
+        deps.logger.error({ paymentId, linkId: row.id, txid }, "payment outcome unknown; hold left for reconciliation");
+      }
+      if (outcome === "aborted") await dropHold();
+      if (err instanceof HoldReleased) throw processorUnavailable();
+      if (outcome !== "committed") throw err;
+      won = tookLink;
+    }
+
+    if (!won) {
+      await dropHold();
+      // Lost to an earlier try of this very attempt (same key): its answer is ours.
+      const earlier = await lostTo(req);
+      if (earlier) return earlier;
+      // The transition found the link no longer live: it is used or expired now.
+      const current = (await store.findLink(db, row.id))!;
+      throw linkStateError(statusAt(current, clock.now())) ?? linkUsed();
+    }
+    deps.onEventsCommitted();
+    // The link is ours and the hold keeps the funds: a capture that fails
+    // or is slow is finished by the capture job, never answered as a
+    // failed payment, and the customer waits for it only so long.
+    const capture = captureAndRecord(db, processor, clock, { id: paymentId, authorizationId: auth.authorizationId });
+    capture.catch((err: unknown) =>
+      deps.logger.warn({ err, paymentId, linkId: row.id }, "capture failed; the capture job will retry it"),
+    );
+    await Promise.race([capture.catch(() => {}), new Promise((resolve) => setTimeout(resolve, CAPTURE_WAIT_MS).unref())]);
+    return answer;
+  }
 
   /** The winning answer when the attempt that beat this one had the same key. */
   async function lostTo(req: CompletePaymentRequest): Promise<CompletePaymentResponse | undefined> {

@@ -223,7 +223,11 @@ export const apiKeys = pgTable(
   (t) => [index("api_keys_client_id_idx").on(t.clientId, t.id)],
 );
 
-/** Failed payment attempts (declined, invalid card): five within an hour lock a link's pay. */
+/**
+ * Payment attempts that count against a link: each from its start until it
+ * ends without a card's refusal, and those that failed (declined, invalid
+ * card) for good. Five within an hour lock a link's pay.
+ */
 export const paymentFailures = pgTable(
   "payment_failures",
   {
@@ -231,6 +235,8 @@ export const paymentFailures = pgTable(
       .notNull()
       .references(() => links.id),
     failedAt: at("failed_at").notNull(),
+    /** The attempt's own id while it runs, so that it can be taken back; null for rows of older copies. */
+    attemptId: text("attempt_id"),
   },
   (t) => [index("payment_failures_link_id_failed_at_idx").on(t.linkId, t.failedAt)],
 );

@@ -1,0 +1,1 @@
+ALTER TABLE "payment_failures" ADD COLUMN "attempt_id" text;
