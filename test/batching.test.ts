@@ -2,6 +2,7 @@
 // per-item callers and errors, group commit that never lets one row fail its
 // neighbours, prepared statements, and 1,000 concurrent mixed REST requests
 // that each get the answer their own request deserves.
+import net from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { create } from "@bufbuild/protobuf";
@@ -289,6 +290,59 @@ describe("the batched store", () => {
       expect(batches).toEqual(["insert 1", "insert 4", "read 4"]);
     } finally {
       await close();
+    }
+  });
+
+  it("answers the rows of a group insert that committed though its answer was lost, once each", async () => {
+    // PostgreSQL reached through a proxy that, once armed, cuts the connection
+    // instead of passing on the answer to a multi-row insert: the insert
+    // committed, and the store is told only that the connection closed.
+    let armed = false;
+    const target = new URL(inject("databaseUrl"));
+    const proxy = net.createServer((client) => {
+      const server = net.connect(Number(target.port || 5432), target.hostname);
+      const cut = () => {
+        client.destroy();
+        server.destroy();
+      };
+      client.pipe(server);
+      server.on("data", (chunk: Buffer) => {
+        if (armed && /INSERT 0 ([2-9]|\d\d)/.test(chunk.toString("latin1"))) {
+          armed = false;
+          return cut();
+        }
+        client.write(chunk);
+      });
+      for (const socket of [client, server]) socket.on("error", cut).on("close", cut);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    const url = new URL(target);
+    url.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
+    const { db, close } = createDb(url.toString(), { max: 1 });
+    try {
+      const store = createBatchedStore(db);
+      const now = new Date();
+      const row = (id: string) => ({
+        id,
+        clientId: "lost-ack",
+        data: { amount: { value: "100", currency: "USD" }, description: "x" },
+        metadata: {},
+        expiresAt: new Date(now.getTime() + 60_000),
+        createdAt: now,
+        updatedAt: now,
+      });
+      await store.insertLink(row(newLinkId()));
+      armed = true;
+      // The first goes alone; the other three queue behind it into one insert, whose answer is lost.
+      const ids = [newLinkId(), newLinkId(), newLinkId(), newLinkId()];
+      const results = await Promise.allSettled(ids.map((id) => store.insertLink(row(id))));
+      expect(armed).toBe(false);
+      expect(results.map((r) => (r.status === "fulfilled" ? r.value.id : String(r.reason)))).toEqual(ids);
+      const stored = await stack.db.execute<{ id: string }>(sql`SELECT id FROM links WHERE client_id = 'lost-ack' ORDER BY id`);
+      expect(stored.map((r) => r.id).filter((id) => ids.includes(id))).toEqual([...ids].sort());
+    } finally {
+      await close();
+      proxy.close();
     }
   });
 

@@ -4,6 +4,7 @@
 // (services/shared/batcher.ts): nothing waits on a timer.
 import { createBatcher } from "../shared/batcher.js";
 import type { Db } from "./db.js";
+import { isDatabaseUnavailable, isUniqueViolation } from "./db-errors.js";
 import type { LinkRow } from "./records.js";
 import { type NewLinkRow, prepareHotQueries } from "./store.js";
 
@@ -35,13 +36,18 @@ export function createBatchedStore(db: Db, { observe }: BatchedStoreOptions = {}
         const ids = new Set((await queries.insertLinks(rows)).map(({ id }) => id));
         return rows.map((row) => stored(row, ids));
       } catch (err) {
-        if (rows.length === 1) throw err;
+        // A lost connection may have lost only the answer to an insert that
+        // committed: a row whose own insert then finds its (new, random) id
+        // taken was stored by it.
+        const outcomeUnknown = isDatabaseUnavailable(err);
+        if (rows.length === 1 && !outcomeUnknown) throw err;
         // One bad row must not fail its neighbours: each alone, with its own outcome.
         return Promise.all(
           rows.map((row) =>
             queries.insertLinks([row]).then(
               (inserted) => stored(row, new Set(inserted.map(({ id }) => id))),
-              (e: unknown) => (e instanceof Error ? e : new Error(String(e))),
+              (e: unknown) =>
+                outcomeUnknown && isUniqueViolation(e, "links_pkey") ? asStored(row) : e instanceof Error ? e : new Error(String(e)),
             ),
           ),
         );

@@ -39,3 +39,12 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   }
   return false;
 }
+
+/** True when the error, or one it wraps, is a unique violation (of `constraint`, when named). */
+export function isUniqueViolation(err: unknown, constraint?: string): boolean {
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const { code, constraint_name } = e as { code?: unknown; constraint_name?: unknown };
+    if (code === "23505") return constraint === undefined || constraint_name === constraint;
+  }
+  return false;
+}

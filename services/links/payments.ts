@@ -25,6 +25,7 @@ import { type Attempt, type Attempts, createAttempts } from "./attempts.js";
 import { captureAndRecord } from "./captures.js";
 import { cardBrand, isCardRefusal, validateCard } from "./card.js";
 import type { Db } from "./db.js";
+import { isUniqueViolation } from "./db-errors.js";
 import { newDelivery } from "./deliveries.js";
 import { enqueue, newEvent } from "./outbox.js";
 import { paymentKeyOf, replayPayment, savePaymentAnswer } from "./payment-keys.js";
@@ -297,13 +298,6 @@ class HoldReleased extends Error {
 }
 
 /** Postgres unique_violation, directly or wrapped by Drizzle. */
-function isUniqueViolation(err: unknown): boolean {
-  for (let e: unknown = err; e; e = (e as { cause?: unknown }).cause) {
-    if ((e as { code?: unknown }).code === "23505") return true;
-  }
-  return false;
-}
-
 /**
  * committed or aborted once Postgres knows; a transaction still finishing its
  * COMMIT is waited for a little. Undefined when it cannot be told.
