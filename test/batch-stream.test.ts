@@ -5,11 +5,11 @@
 // LinkService that drains ends the stream once its calls are answered.
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { LinkBatchService } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
+import { BatchesRequestSchema, LinkBatchService } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
 import {
   BatchCreateLinksRequestSchema,
   BatchGetLinksRequestSchema,
@@ -20,6 +20,7 @@ import { createBatchStreamClient } from "../gateway/batch-stream.js";
 import { createClients } from "../gateway/clients.js";
 import { createBatchStreams } from "../services/links/batch-stream.js";
 import { newLinkId } from "../services/shared/ids.js";
+import { grpcFrame } from "./support/grpc-frame.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
@@ -142,6 +143,24 @@ it("a LinkService that drains answers the calls it has, ends the stream and stop
     await closed; // would wait forever on a stream left open
     const after = await client.call(getLinks([item("client-a", ids[2]!)]), 2_000).catch((e: unknown) => e);
     expect((after as ConnectError).code).toBe(Code.Unavailable);
+  } finally {
+    session.destroy();
+  }
+});
+
+it("a LinkService that drains stops within its grace even when a stream's caller never closes its side", async () => {
+  const links = await stack.startLinksCopy();
+  const session = http2.connect(`http://127.0.0.1:${links.port}`);
+  try {
+    // A raw client: it sends a call, reads the answer, and never ends its side.
+    const stream = session.request({ ":method": "POST", ":path": "/paylink.internal.v1.LinkBatchService/Batches", "content-type": "application/grpc", te: "trailers" });
+    const answered = new Promise((resolve) => stream.once("data", resolve));
+    stream.on("error", () => {});
+    stream.write(grpcFrame(toBinary(BatchesRequestSchema, create(BatchesRequestSchema, { id: 1, timeoutMs: 2_000, call: getLinks([item("client-a", ids[0]!)]) }))));
+    await answered;
+    const started = performance.now();
+    await links.close();
+    expect(performance.now() - started).toBeLessThan(5_000);
   } finally {
     session.destroy();
   }

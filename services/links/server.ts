@@ -138,18 +138,19 @@ export async function startLinksServer(opts: LinksServerOptions) {
   }));
   const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
     dropFarDeadlines(req.headers);
-    // The gateway's stream of batches: one long-lived request, served apart
-    // from the per-call trace, span and metrics below (its calls carry their
-    // own). Anything but plain gRPC goes to connect's handler.
-    if (req.url === BATCHES_PATH && isPlainGrpc(req)) return batchStreams.serve(req, res);
     // Answered before the request was read to its end (a message over
-    // MAX_MESSAGE_BYTES, say): after a moment for the client to read the
-    // answer the stream is reset, so the client stops sending; otherwise it
-    // stays half open and a drain waits for it forever.
+    // MAX_MESSAGE_BYTES, say, or a stream of batches ended by a drain while
+    // its caller never closes its side): after a moment for the client to
+    // read the answer the stream is reset, so the client stops sending;
+    // otherwise it stays half open and a drain waits for it forever.
     req.stream.once("finish", () => {
       if (req.readableEnded || req.stream.destroyed) return;
       setTimeout(() => req.stream.destroy(), 1000).unref();
     });
+    // The gateway's stream of batches: one long-lived request, served apart
+    // from the per-call trace, span and metrics below (its calls carry their
+    // own). Anything but plain gRPC goes to connect's handler.
+    if (req.url === BATCHES_PATH && isPlainGrpc(req)) return batchStreams.serve(req, res);
     // The caller's X-Request-Id and traceparent (the gateway's): every log
     // line and outbox event of this call carries them.
     const trace = traceFrom(req.headers.traceparent, req.headers["x-request-id"]);
