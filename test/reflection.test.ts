@@ -90,9 +90,11 @@ describe("gRPC server reflection", () => {
     });
   });
 
-  it("says NOT_FOUND for a service it does not serve, as the health protocol says", async () => {
+  it("answers for every service it serves, reflection included, and NOT_FOUND for one it does not, as the health protocol says", async () => {
     const health = createClient(Health, createGrpcTransport({ baseUrl: stack.linksUrl }));
-    expect(await health.check({ service: "paylink.v1.LinkService" })).toMatchObject({ status: HealthCheckResponse_ServingStatus.SERVING });
+    for (const service of ["paylink.v1.LinkService", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]) {
+      expect(await health.check({ service })).toMatchObject({ status: HealthCheckResponse_ServingStatus.SERVING });
+    }
     await expect(health.check({ service: "nope" })).rejects.toMatchObject({ code: Code.NotFound });
   });
 });

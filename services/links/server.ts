@@ -123,7 +123,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
         router.service(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
         router.service(LinkBatchService, batchStreams.impl);
         router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
-        const served = [LinkService, AdminService, DeliveryService, LinkBatchService, Health];
+        const served = [LinkService, AdminService, DeliveryService, LinkBatchService, Health, ReflectionV1, ReflectionV1Alpha];
         router.service(Health, createHealthService(() => gate.run(() => ping(db)), served.map((s) => s.typeName)));
         // Streaming, so never on the fast path; open to any caller, as grpc's own is.
         // Error details travel in every error's grpc-status-details-bin; no served

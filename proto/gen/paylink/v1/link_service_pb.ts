@@ -1327,8 +1327,9 @@ export const DeliveryStatusSchema: GenEnum<DeliveryStatus> = /*@__PURE__*/
   enumDesc(file_paylink_v1_link_service, 4);
 
 /**
- * LinkService owns payment links. Every RPC but GetCheckout and
- * CompletePayment identifies its caller by the `client-id` request header
+ * LinkService owns payment links. Every RPC but GetCheckout,
+ * CompletePayment and the batch RPCs (whose items each name their caller)
+ * identifies its caller by the `client-id` request header
  * (and, with PAYLINK_AUTH=api-key, proves it with `authorization: Bearer
  * <secret key>`: UNAUTHENTICATED "Invalid API key" when the key is missing,
  * malformed, unknown or revoked, PERMISSION_DENIED "Unauthorized access"
