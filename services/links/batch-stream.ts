@@ -56,7 +56,9 @@ export function createBatchStreams(options: BatchStreamOptions) {
   function answer(call: BatchesRequest, stream: HandlerContext): Promise<Answer> {
     const started = performance.now();
     const procedure = procedureOf(call);
-    const own = callContext(stream);
+    // A get past its deadline writes nothing: it keeps the stream's context,
+    // without the cost of a signal of its own (2–3 µs of CPU per get here).
+    const own = call.call.case === "createLinks" ? callContext(stream) : streamContext(stream);
     return answerWithin(call, own, procedure).then((result) => {
       own.done();
       options.observe?.(procedure, result.case === "error" ? result.value.code : undefined, (performance.now() - started) / 1000);
@@ -248,7 +250,7 @@ interface CallContext {
 }
 
 /**
- * A call's own view of its stream's context: a signal that aborts at the
+ * A create's own view of its stream's context: a signal that aborts at the
  * call's deadline (answerWithin) or when the stream is gone, so that a create
  * whose caller stopped waiting is left out of its group commit, as on a unary
  * call. Everything else is the stream's.
@@ -264,6 +266,8 @@ function callContext(stream: HandlerContext): CallContext {
     done: () => stream.signal.removeEventListener("abort", follow),
   };
 }
+
+const streamContext = (stream: HandlerContext): CallContext => ({ ctx: stream, abort: () => {}, done: () => {} });
 
 const procedureOf = (call: BatchesRequest) => (call.call.case === "createLinks" ? "BatchCreateLinks" : "BatchGetLinks");
 const deadlineOf = (call: BatchesRequest) => Math.min(call.timeoutMs, MAX_TIMER_MS);
