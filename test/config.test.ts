@@ -128,6 +128,13 @@ describe("NATS_URL as npm start reads it", () => {
     expect(() => natsHostPort("nats://no such host:4222")).toThrow(ConfigError);
     expect(() => natsHostPort("127.0.0.1:99999")).toThrow(/^NATS_URL /);
   });
+
+  it("is checked by every process, each of its servers, not only by npm start", () => {
+    for (const bad of ["nats://no such host:4222", "n1:4222,n2:99999", "n1:4222,", "nats://:4222"]) {
+      expect(() => loadConfig({ NATS_URL: bad }), bad).toThrow(/^NATS_URL must be a NATS server/);
+    }
+    expect(loadConfig({ NATS_URL: "nats://n1:4222, n2" }).natsUrl).toBe("nats://n1:4222, n2");
+  });
 });
 
 describe("an entry point with a bad setting", () => {

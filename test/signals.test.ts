@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse as parseYaml } from "yaml";
 import { NODE_FLAGS } from "../services/dev/node-flags.js";
 import { createDatabase } from "./support/database.js";
 import { freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
@@ -18,18 +19,26 @@ import { canConnect, ENTRIES, type Role, ROOT, spawnRole, startServices, waitRea
 
 const read = (file: string) => readFileSync(path.join(ROOT, file), "utf8");
 
+interface ComposeService {
+  command?: string[];
+  init?: boolean;
+}
+/** docker-compose.yml's services, with its anchors and merge keys resolved. */
+const composeServices = () => (parseYaml(read("docker-compose.yml"), { merge: true }) as { services: Record<string, ComposeService> }).services;
+/** A compose service of ours (it runs the image behind an init), and the role it runs: links, links-1, links-2... */
+const roleOf = (name: string) => /^(links|gateway|notifier)(-\d+)?$/.exec(name)?.[1];
+
 /** The command each place runs for a role, as argv. */
 function commandsOf(role: Role): Record<string, string[]> {
   const scripts = JSON.parse(read("package.json")).scripts as Record<string, string>;
-  const compose = read("docker-compose.yml");
-  const service = new RegExp(`\\n  ${role}:\\n(?:    .*\\n)*?    command: (\\[.*\\])`).exec(compose);
   // The image runs its ENTRYPOINT (node and the V8 flags) with compose's command or its own CMD.
   const dockerfile = read("Dockerfile");
   const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)![1]!) as string[];
-  const commands: Record<string, string[]> = {
-    [`npm run start:${role}`]: scripts[`start:${role}`]!.split(" "),
-    [`compose ${role}`]: [...entrypoint, ...JSON.parse(service![1]!)],
-  };
+  const commands: Record<string, string[]> = { [`npm run start:${role}`]: scripts[`start:${role}`]!.split(" ") };
+  // Every profile's copies: the single profile's one and the cluster profile's two.
+  for (const [name, service] of Object.entries(composeServices())) {
+    if (roleOf(name) === role) commands[`compose ${name}`] = [...entrypoint, ...(service.command ?? [])];
+  }
   if (role === "gateway") commands["Dockerfile CMD"] = [...entrypoint, ...JSON.parse(/^CMD (\[.*\])$/m.exec(dockerfile)![1]!)];
   return commands;
 }
@@ -47,11 +56,17 @@ async function holdRequest(port: number): Promise<net.Socket> {
 
 describe("the production command lines", () => {
   it.each(["links", "gateway", "notifier"] as Role[])("%s runs node <V8 flags> dist/... directly everywhere, behind an init in compose", (role) => {
-    for (const [where, argv] of Object.entries(commandsOf(role))) {
+    const commands = commandsOf(role);
+    expect(Object.keys(commands).filter((where) => where.startsWith("compose "))).toHaveLength(3);
+    for (const [where, argv] of Object.entries(commands)) {
       expect({ where, argv }).toEqual({ where, argv: ["node", ...NODE_FLAGS, ENTRIES[role]] });
     }
-    const compose = read("docker-compose.yml");
-    expect(compose).toMatch(/x-app: &app\n(?:  .*\n)*?  init: true\n/);
+    // Each of ours runs behind an init, and every service behind one is one of ours (so none goes unchecked).
+    const services = Object.entries(composeServices());
+    expect(services.filter(([name]) => roleOf(name) === role).map(([name, service]) => [name, service.init])).toEqual(
+      services.filter(([name]) => roleOf(name) === role).map(([name]) => [name, true]),
+    );
+    expect(services.filter(([name, service]) => service.init && !roleOf(name))).toEqual([]);
   });
 });
 
@@ -357,6 +372,19 @@ describe("SIGTERM under load", () => {
       expect(await start.exited, start.output()).toBe(1);
       expect(start.output()).toContain(`LINKS_METRICS_PORT and GATEWAY_METRICS_PORT are both ${port}: each needs a port of its own`);
       expect(start.output()).not.toContain("LinkService listening");
+      expect(await canConnect(linksPort)).toBe(false);
+    } finally {
+      start.signal("SIGKILL");
+      await start.exited;
+      await own.drop();
+    }
+  });
+
+  it("`npm start` refuses a setting only it reads, naming it, before it starts anything", async () => {
+    const { start, own, linksPort } = await spawnStart("paylink_start_badport", { EMBEDDED_POSTGRES_PORT: "5432x" });
+    try {
+      expect(await start.exited, start.output()).toBe(1);
+      expect(start.output()).toContain('configuration error: EMBEDDED_POSTGRES_PORT must be a port number from 0 to 65535; got "5432x"');
       expect(await canConnect(linksPort)).toBe(false);
     } finally {
       start.signal("SIGKILL");

@@ -97,12 +97,14 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
 <section class="panel" aria-label="Payment">
   <noscript><p class="status error">This page needs JavaScript to take your payment. Turn it on and reload the page.</p></noscript>
   <form id="pay-form" novalidate>
-    ${methodChoice}
-    ${cardFields}
-    ${bankFields}
+    <div id="pay-fields">
+      ${methodChoice}
+      ${cardFields}
+      ${bankFields}
+    </div>
     <div id="status" class="status" role="status" aria-live="assertive" aria-atomic="true"></div>
     <button type="submit" id="pay-button" class="button pay">Pay ${total}</button>
-    ${cancelUrl ? html`<a class="button secondary" href="${cancelUrl}">Cancel and return to ${data.merchantName?.trim() || "the merchant"}</a>` : ""}
+    ${cancelUrl ? html`<a id="cancel-link" class="button secondary" href="${cancelUrl}">Cancel and return to ${data.merchantName?.trim() || "the merchant"}</a>` : ""}
   </form>
   <div id="success" class="done" tabindex="-1" hidden>
     <div class="icon ok" aria-hidden="true">✓</div>

@@ -19,9 +19,9 @@ import { statusPage } from "./status-page.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
-export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, paylinkEnv, rateLimitPay, metrics }) => {
-  const { links } = clients;
-  const testMode = paylinkEnv === "test";
+export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, deps) => {
+  const { links } = deps.clients;
+  const testMode = deps.paylinkEnv === "test";
 
   route(app, "/link/:id", {
     async GET(req, reply) {
@@ -44,10 +44,30 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, { clients, 
     },
   }, { schema: ROUTE_SCHEMAS.checkoutPage });
 
+  // A link copied with a slash after it is still the link: the page is
+  // found again (a JSON 404 would be all the customer saw). Relative, so a
+  // CHECKOUT_BASE_URL with a path prefix keeps it; no-store, as the page.
+  route(app, "/link/:id/", {
+    async GET(req, reply) {
+      const query = req.url.indexOf("?");
+      const target = `../${encodeURIComponent(idOf(req))}${query === -1 ? "" : req.url.slice(query)}`;
+      return reply.header("cache-control", "no-store").redirect(target, 301);
+    },
+  }, { schema: { GET: { hide: true } } });
+
+  app.register(pay, deps);
+};
+
+/** Its own plugin, so that its hook is for the pay path alone. */
+const pay: FastifyPluginAsync<GatewayDeps> = async (app, { clients: { links }, rateLimitPay, metrics }) => {
+  // In a hook, before the rate limit's and before the body is read: a 429,
+  // 413, 415 or "Invalid JSON data" must not be cached either.
+  app.addHook("onRequest", async (_req, reply) => {
+    reply.header("cache-control", "no-store");
+  });
+
   route(app, "/link/:id/pay", {
     async POST(req, reply) {
-      // Set first, so error answers are not cached either.
-      reply.header("cache-control", "no-store");
       // No validate_only to ask: what PAY leaves to the LinkService it
       // refuses below, and anything more is a schema it does not share.
       const refused = judge(req, PAY);

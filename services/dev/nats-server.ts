@@ -2,9 +2,9 @@
 // local nats-server with JetStream and its data under ./.data/nats.
 import { spawnSync } from "node:child_process";
 import { mkdir } from "node:fs/promises";
-import net, { isIP } from "node:net";
+import net from "node:net";
 import path from "node:path";
-import { ConfigError } from "../shared/config.js";
+import { natsServers } from "../shared/config.js";
 
 export function reachable(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
   return new Promise((resolve) => {
@@ -19,25 +19,8 @@ export function reachable(host: string, port: number, timeoutMs = 1000): Promise
   });
 }
 
-/**
- * Where the first server of NATS_URL listens, read as the nats client reads
- * it: a comma-separated list of nodes, each with or without a scheme, port
- * 4222 when none is given.
- */
-export function natsHostPort(natsUrl: string): { host: string; port: number } {
-  const first = natsUrl.split(",")[0]!.trim();
-  const bare = isIP(first) === 6 ? `[${first}]` : first;
-  let url: URL;
-  try {
-    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(bare) ? bare : `nats://${bare}`);
-  } catch {
-    throw new ConfigError(
-      `NATS_URL must be a NATS server such as nats://127.0.0.1:4222 or 127.0.0.1:4222, or several comma-separated; got "${natsUrl}"`,
-    );
-  }
-  // net.connect and nats-server -a take an IPv6 address without its brackets.
-  return { host: url.hostname.replace(/^\[(.*)\]$/, "$1") || "127.0.0.1", port: Number(url.port || 4222) };
-}
+/** Where the first server of NATS_URL listens. */
+export const natsHostPort = (natsUrl: string): { host: string; port: number } => natsServers(natsUrl)[0]!;
 
 function findNatsServer(): string | undefined {
   for (const candidate of ["nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server"]) {

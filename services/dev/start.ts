@@ -7,13 +7,12 @@ import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import net from "node:net";
 import { fileURLToPath } from "node:url";
-import { ConfigError, loadConfig } from "../shared/config.js";
+import { ConfigError, loadConfig, port } from "../shared/config.js";
 import { ensureNats } from "./nats-server.js";
 import { NODE_FLAGS } from "./node-flags.js";
 import { createSupervisor } from "./supervisor.js";
 
 const DATA_ROOT = ".data";
-const EMBEDDED_PG_PORT = process.env.EMBEDDED_POSTGRES_PORT ?? "54329";
 // `npm start` runs the build in dist/ with plain node, as production does;
 // `npm run dev` runs the sources through tsx. Each child runs the same way.
 const fromSource = import.meta.url.endsWith(".ts");
@@ -36,8 +35,10 @@ const profileFlags = (name: string) =>
   PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE_DIR}`, `--cpu-prof-name=${name}-${Date.now()}.cpuprofile`] : [];
 
 let config;
+let embeddedPgPort: number;
 try {
   config = loadConfig();
+  embeddedPgPort = port(process.env, "EMBEDDED_POSTGRES_PORT", 54329);
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   console.error(`configuration error: ${err.message}`);
@@ -79,7 +80,7 @@ try {
     ["GATEWAY_METRICS_PORT", config.gatewayMetricsPort],
     ["LINKS_METRICS_PORT", config.linksMetricsPort],
   ];
-  if (!config.databaseUrl) ports.push(["EMBEDDED_POSTGRES_PORT", Number(EMBEDDED_PG_PORT)]);
+  if (!config.databaseUrl) ports.push(["EMBEDDED_POSTGRES_PORT", embeddedPgPort]);
   await portsFree(ports);
   const databaseUrl = config.databaseUrl ?? (await startEmbeddedPostgres());
   await ensureNats(config.natsUrl, DATA_ROOT, log, (binary, args) => {
@@ -118,7 +119,7 @@ try {
 }
 
 async function startEmbeddedPostgres(): Promise<string> {
-  const child = supervisor.layer().fork(entry("./postgres.ts"), [DATA_ROOT, EMBEDDED_PG_PORT], LOADER);
+  const child = supervisor.layer().fork(entry("./postgres.ts"), [DATA_ROOT, String(embeddedPgPort)], LOADER);
   const url = await new Promise<string>((resolve, reject) => {
     child.once("message", (m: { url?: string; error?: string }) =>
       m.url ? resolve(m.url) : reject(new Error(`embedded PostgreSQL: ${m.error}`)),
@@ -126,7 +127,7 @@ async function startEmbeddedPostgres(): Promise<string> {
     child.once("exit", () => reject(new Error("embedded PostgreSQL exited before it was ready")));
   });
   stopEverythingWhenItDies("postgres", child);
-  log(`embedded PostgreSQL on 127.0.0.1:${EMBEDDED_PG_PORT}`);
+  log(`embedded PostgreSQL on 127.0.0.1:${embeddedPgPort}`);
   return url;
 }
 

