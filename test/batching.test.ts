@@ -263,21 +263,26 @@ describe("batch items in api-key mode", () => {
 });
 
 describe("the batched store", () => {
+  /** A new link's row, as the store inserts it. */
+  const newRow = (clientId: string, id = newLinkId()) => {
+    const now = new Date();
+    return {
+      id,
+      clientId,
+      data: { amount: { value: "100", currency: "USD" }, description: "x" },
+      metadata: {},
+      expiresAt: new Date(now.getTime() + 60_000),
+      createdAt: now,
+      updatedAt: now,
+    };
+  };
+
   it("commits concurrent creates together, and a row that fails fails alone", async () => {
     const { db, close } = createDb(inject("databaseUrl"), { max: 1 });
     try {
       const batches: string[] = [];
       const store = createBatchedStore(db, { observe: (operation, rows) => batches.push(`${operation} ${rows}`) });
-      const now = new Date();
-      const row = (id: string) => ({
-        id,
-        clientId: "group-commit",
-        data: { amount: { value: "100", currency: "USD" }, description: "x" },
-        metadata: {},
-        expiresAt: new Date(now.getTime() + 60_000),
-        createdAt: now,
-        updatedAt: now,
-      });
+      const row = (id: string) => newRow("group-commit", id);
       const taken = (await store.insertLink(row(newLinkId()))).id;
       // The first insert holds the only connection; the rest queue into one batch,
       // in which one row repeats an existing primary key.
@@ -321,16 +326,7 @@ describe("the batched store", () => {
     const { db, close } = createDb(url.toString(), { max: 1 });
     try {
       const store = createBatchedStore(db);
-      const now = new Date();
-      const row = (id: string) => ({
-        id,
-        clientId: "lost-ack",
-        data: { amount: { value: "100", currency: "USD" }, description: "x" },
-        metadata: {},
-        expiresAt: new Date(now.getTime() + 60_000),
-        createdAt: now,
-        updatedAt: now,
-      });
+      const row = (id: string) => newRow("lost-ack", id);
       await store.insertLink(row(newLinkId()));
       armed = true;
       // The first goes alone; the other three queue behind it into one insert, whose answer is lost.
@@ -350,17 +346,8 @@ describe("the batched store", () => {
     const { db, client, close } = createDb(inject("databaseUrl"), { max: 1 });
     try {
       const store = createBatchedStore(db);
-      const now = new Date();
       for (let i = 0; i < 3; i++) {
-        const { id } = await store.insertLink({
-          id: newLinkId(),
-          clientId: "prepared",
-          data: { amount: { value: "100", currency: "USD" }, description: "x" },
-          metadata: {},
-          expiresAt: new Date(now.getTime() + 60_000),
-          createdAt: now,
-          updatedAt: now,
-        });
+        const { id } = await store.insertLink(newRow("prepared"));
         await store.findLink(id);
       }
       const statements = await client<{ statement: string; uses: number }[]>`

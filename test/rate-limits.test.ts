@@ -1,7 +1,7 @@
 // Rate limits over real sockets: per client on /v1 and per address on pay
 // (each gateway copy counts its own), and the per-link lock against card
 // testing, held in PostgreSQL so that every LinkService copy agrees.
-import { Code, createClient } from "@connectrpc/connect";
+import { type Client, Code, createClient } from "@connectrpc/connect";
 import { sql } from "drizzle-orm";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -149,8 +149,13 @@ describe("per address on pay", () => {
 });
 
 describe("per link, across LinkService copies", () => {
-  it("stops card testing after 5 failures within an hour; the link stays created", async () => {
-    // Without the gateway's limits, so that only the link's lock answers.
+  /**
+   * A link, and pay on it through either of two LinkService copies, straight
+   * over gRPC: without the gateway's limits, so that only the link's lock answers.
+   */
+  async function onTwoCopies(
+    run: (t: { stack: Stack; link: { id: string }; pay: (copy: number, number: string) => ReturnType<Client<typeof LinkService>["completePayment"]> }) => Promise<void>,
+  ) {
     const stack = await startStack();
     const other = await stack.startLinksCopy();
     try {
@@ -164,6 +169,15 @@ describe("per link, across LinkService copies", () => {
           paymentMethod: PaymentMethod.CARD,
           card: { number, expMonth: 12, expYear: 2099, cvc: "123" },
         });
+      await run({ stack, link, pay });
+    } finally {
+      await other.close();
+      await stack.close();
+    }
+  }
+
+  it("stops card testing after 5 failures within an hour; the link stays created", () =>
+    onTwoCopies(async ({ stack, link, pay }) => {
       // Declines and an invalid card, alternating between the copies.
       for (let i = 0; i < 4; i++) await expect(pay(i % 2, DECLINED)).rejects.toMatchObject({ code: Code.FailedPrecondition });
       await expect(pay(0, "4242424242424241")).rejects.toMatchObject({ code: Code.InvalidArgument });
@@ -180,27 +194,13 @@ describe("per link, across LinkService copies", () => {
       // Once the hour since the first failure has passed, the link can be paid.
       stack.clock.advance(50 * 60_000);
       expect((await pay(1, "4242424242424242")).paymentId).toMatch(/^pay-/);
-    } finally {
-      await other.close();
-      await stack.close();
-    }
-  });
+    }));
 
-  it("lets no more than 5 attempts through when many arrive at once: an attempt counts from its start", async () => {
-    const stack = await startStack();
-    const other = await stack.startLinksCopy();
-    try {
-      const copies = [stack.linksUrl, `http://127.0.0.1:${other.port}`].map((baseUrl) =>
-        createClient(LinkService, createGrpcTransport({ baseUrl })),
-      );
-      const link = (await api(stack, "POST", "/v1/links", { body: validLink() })).body;
+  it("lets no more than 5 attempts through when many arrive at once: an attempt counts from its start", () =>
+    onTwoCopies(async ({ stack, link, pay }) => {
       const outcomes = await Promise.all(
         Array.from({ length: 30 }, (_, i) =>
-          copies[i % 2]!.completePayment({
-            linkId: link.id,
-            paymentMethod: PaymentMethod.CARD,
-            card: { number: DECLINED, expMonth: 12, expYear: 2099, cvc: "123" },
-          }).then(
+          pay(i % 2, DECLINED).then(
             () => "paid",
             (err: { code: Code }) => Code[err.code],
           ),
@@ -210,19 +210,10 @@ describe("per link, across LinkService copies", () => {
       expect({ declined: count("FailedPrecondition"), locked: count("ResourceExhausted") }).toEqual({ declined: 5, locked: 25 });
       // An attempt that is not refused for its card does not count once it ends: a good card pays once the hour is over.
       stack.clock.advance(60 * 60_000 + 1000);
-      const paid = await copies[0]!.completePayment({
-        linkId: link.id,
-        paymentMethod: PaymentMethod.CARD,
-        card: { number: "4242424242424242", expMonth: 12, expYear: 2099, cvc: "123" },
-      });
-      expect(paid.paymentId).toMatch(/^pay-/);
+      expect((await pay(0, "4242424242424242")).paymentId).toMatch(/^pay-/);
       const counted = await stack.db.execute<{ n: string }>(sql`SELECT count(*) AS n FROM payment_failures WHERE link_id = ${link.id}`);
       expect(Number(counted[0]!.n)).toBe(5);
-    } finally {
-      await other.close();
-      await stack.close();
-    }
-  });
+    }));
 
   it("counts an invalid card (its number, its expiry) and a decline, not a malformed or missing card", async () => {
     const stack = await startStack();
