@@ -4,7 +4,7 @@ import { mkdirSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { eq } from "drizzle-orm";
-import { type Browser, chromium, type Page } from "playwright-core";
+import { type Browser, chromium, type Page, type Route } from "playwright-core";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { payments } from "../services/links/schema.js";
 import { api, type Stack, startStack } from "./support/stack.js";
@@ -78,6 +78,24 @@ async function newPage(options: Parameters<Browser["newContext"]>[0] = {}) {
   page.on("request", (req) => hosts.add(new URL(req.url()).host));
   return { page, problems, hosts, close: () => context.close() };
 }
+
+/** Holds the page's pay requests until the test answers the one in flight. */
+async function holdPay(page: Page) {
+  const held: Route[] = [];
+  let arrived = () => {};
+  await page.route("**/pay", (route) => {
+    held.push(route);
+    arrived();
+  });
+  return {
+    /** Resolves once a pay request is waiting. */
+    inFlight: () => (held.length ? Promise.resolve() : new Promise<void>((resolve) => (arrived = resolve))),
+    answer: (status: number, body: unknown, headers: Record<string, string> = {}) =>
+      held.shift()!.fulfill({ status, contentType: "application/json", headers, body: JSON.stringify(body) }),
+  };
+}
+
+const activeId = (page: Page) => page.evaluate(() => document.activeElement?.id || document.activeElement?.tagName);
 
 const shot = (page: Page, name: string) => page.screenshot({ path: `${ARTIFACTS}/checkout-${name}.png`, fullPage: true });
 const yy = String(new Date().getFullYear() + 2).slice(-2);
@@ -269,6 +287,7 @@ it("asks again with the same Idempotency-Key after its retries ran out, so a pay
   await pay.click();
   await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toBe("Service unavailable. Please try again.");
   expect(keys.length).toBe(6);
+  expect(await activeId(page)).toBe("pay-button");
   outage = false;
   await pay.click();
   await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
@@ -290,5 +309,123 @@ it("says how long to wait when pay answers 429, and keeps the button", async () 
   await page.getByRole("button", { name: "Pay $42.50" }).click();
   await expect.poll(() => page.locator("#status").innerText()).toBe("Too many attempts. Please wait 30 seconds and try again.");
   expect(await page.getByRole("button", { name: "Pay $42.50" }).isEnabled()).toBe(true);
+  // Disabled while it ran, the button had dropped the focus to <body>.
+  expect(await activeId(page)).toBe("pay-button");
+  await close();
+});
+
+it("puts the focus on the field a 400 refuses, and on Pay when the link can no longer be paid", async () => {
+  const link = await createLink({ description: "Order #2005", allowed_payment_methods: ["card"] });
+  const { page, problems, close } = await newPage();
+  const pay = await holdPay(page);
+  await page.goto(link.url);
+  await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+  await page.getByLabel("Expiry date").fill(`12/${yy}`);
+  await page.getByLabel("Security code (CVC)").fill("123");
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await pay.inFlight();
+  await pay.answer(400, { error: "Card has expired" });
+  await expect.poll(() => page.locator("#status").innerText()).toBe("Card has expired.");
+  expect(await activeId(page)).toBe("card-expiry");
+  expect(await page.getByLabel("Expiry date").getAttribute("aria-invalid")).toBe("true");
+  expect(await page.locator("#card-expiry-error").innerText()).toBe("Card has expired.");
+
+  // Paid meanwhile in another tab: Pay keeps the focus, and says it is off.
+  await page.keyboard.press("Enter");
+  await pay.inFlight();
+  await pay.answer(409, { error: "Link has already been used" });
+  await expect.poll(() => page.locator("#status").innerText()).toBe("Link has already been used.");
+  expect(await activeId(page)).toBe("pay-button");
+  expect(await page.locator("#pay-button").getAttribute("aria-disabled")).toBe("true");
+  await page.keyboard.press("Enter");
+  await page.waitForTimeout(300);
+  expect(await page.locator("#status").innerText()).toBe("Link has already been used.");
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("judges a card's expiry by the UTC month, as the server does, wherever the customer is", async () => {
+  const link = await createLink({ description: "Order #2006", allowed_payment_methods: ["card"] });
+  const { page, problems, close } = await newPage({ timezoneId: "Asia/Tokyo" });
+  // 05:00 on 1 December in Tokyo is 20:00 on 30 November in UTC: a card
+  // that expires 11/26 is good for four more hours.
+  await page.clock.setFixedTime(new Date("2026-11-30T20:00:00Z"));
+  const sent: unknown[] = [];
+  await page.route("**/pay", (route) => {
+    sent.push(route.request().postDataJSON());
+    return route.fulfill({
+      status: 200,
+      contentType: "application/json",
+      body: JSON.stringify({ link_id: link.id, payment_id: "pay-tokyo", transaction_id: "txn-tokyo", status: "succeeded" }),
+    });
+  });
+  await page.goto(link.url);
+  expect(await page.evaluate(() => [new Date().getMonth() + 1, new Date().getDate(), new Date().getHours()])).toEqual([12, 1, 5]);
+  await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+  await page.getByLabel("Expiry date").fill("11/26");
+  await page.getByLabel("Security code (CVC)").fill("123");
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible()).toBe(true);
+  expect(sent).toEqual([{ payment_method: "card", card: { number: "4242424242424242", exp_month: 11, exp_year: 2026, cvc: "123" } }]);
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("keeps the live region out of aria-busy while paying, and clears aria-busy (Pay and Cancel stay off) when it leaves for redirect_url", async () => {
+  const link = await createLink({ description: "Order #2007", cancel_url: `${merchantUrl}/cart` });
+  const { page, problems, close } = await newPage();
+  const pay = await holdPay(page);
+  // The merchant answers 204, so the browser stays on the checkout as it was when it left.
+  let leaving = () => {};
+  const left = new Promise<void>((resolve) => (leaving = resolve));
+  await page.route(`${merchantUrl}/**`, async (route) => {
+    await route.fulfill({ status: 204 });
+    leaving();
+  });
+  await page.goto(link.url);
+  await page.getByLabel("Bank transfer").check();
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await pay.inFlight();
+  const busyAround = () =>
+    page.evaluate(() => ({
+      busy: Array.from(document.querySelectorAll('[aria-busy="true"]'), (e) => e.id),
+      aroundStatus: document.getElementById("status")!.closest('[aria-busy="true"]')?.id ?? null,
+    }));
+  expect(await busyAround()).toEqual({ busy: ["pay-fields"], aroundStatus: null });
+  expect(await page.locator("#status").innerText()).toBe("Processing your payment…");
+
+  await pay.answer(200, { link_id: link.id, payment_id: "pay-held", transaction_id: "txn-held", status: "succeeded", redirect_url: `${merchantUrl}/thanks` });
+  await left;
+  await expect.poll(() => page.locator("#status").innerText()).toBe("Payment successful. Taking you back to the merchant…");
+  expect(await busyAround()).toEqual({ busy: [], aroundStatus: null });
+  // Paid: neither Pay nor Cancel comes back while the merchant's page loads.
+  expect(await page.locator("#pay-button").isDisabled()).toBe(true);
+  expect(await page.getByRole("link", { name: /^Cancel and return/ }).getAttribute("aria-disabled")).toBe("true");
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("makes the cancel link inert while paying, and gives it back when the attempt ends without paying", async () => {
+  const link = await createLink({ description: "Order #2008", cancel_url: `${merchantUrl}/cart` });
+  const { page, problems, close } = await newPage();
+  const pay = await holdPay(page);
+  await page.goto(link.url);
+  const cancel = page.getByRole("link", { name: "Cancel and return to Northwind Coffee" });
+  await page.getByLabel("Bank transfer").check();
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await pay.inFlight();
+  expect(await cancel.getAttribute("aria-disabled")).toBe("true");
+  expect(await cancel.getAttribute("tabindex")).toBe("-1");
+  await cancel.click({ force: true });
+  await page.waitForTimeout(300);
+  expect(page.url()).toBe(link.url);
+
+  // Refused before it was tried: nothing was paid, so the customer may leave.
+  await pay.answer(429, { error: "Too many requests" }, { "retry-after": "30" });
+  await expect.poll(() => page.locator("#status").innerText()).toBe("Too many attempts. Please wait 30 seconds and try again.");
+  expect(await cancel.getAttribute("aria-disabled")).toBeNull();
+  expect(await cancel.getAttribute("tabindex")).toBeNull();
+  await Promise.all([page.waitForURL(`${merchantUrl}/cart`), cancel.click()]);
+  expect(problems).toEqual([]);
   await close();
 });

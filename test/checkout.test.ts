@@ -175,6 +175,22 @@ describe("GET /link/{id}", () => {
     expect(expiredPage.html).not.toContain("<form");
   });
 
+  it("redirects /link/{id}/ to the page (301, no-store), keeping the query", async () => {
+    const id = await createLink();
+    const slashed = await fetch(`${stack.gatewayUrl}/link/${id}/?utm_source=mail&x=a%20b`, { redirect: "manual" });
+    expect(slashed.status).toBe(301);
+    expect(slashed.headers.get("cache-control")).toBe("no-store");
+    expect(new URL(slashed.headers.get("location")!, slashed.url).href).toBe(`${stack.gatewayUrl}/link/${id}?utm_source=mail&x=a%20b`);
+    const followed = await fetch(`${stack.gatewayUrl}/link/${id}/`);
+    expect(followed.status).toBe(200);
+    expect(followed.url).toBe(`${stack.gatewayUrl}/link/${id}`);
+    expect(await followed.text()).toContain('<form id="pay-form"');
+    // An unknown link, slashed, ends on the 404 page, not on JSON.
+    const unknown = await fetch(`${stack.gatewayUrl}/link/lnk-nope/`);
+    expect(unknown.status).toBe(404);
+    expect(unknown.headers.get("content-type")).toBe("text/html; charset=utf-8");
+  });
+
   it("answers HEAD like GET, and 405 with Allow for other methods", async () => {
     const id = await createLink();
     const head = await fetch(`${stack.gatewayUrl}/link/${id}`, { method: "HEAD" });
@@ -297,6 +313,35 @@ describe("POST /link/{id}/pay", () => {
     const empty = await api(stack, "POST", `/link/${id}/pay`, { clientId: null });
     expect(empty.status).toBe(400);
     expect(empty.body).toEqual({ error: "Invalid JSON data" });
+  });
+
+  it("says no-store on answers made before the handler: 415, 413, Invalid JSON and the per-address 429", async () => {
+    const id = await createLink();
+    const raw = (body: string, type: string) => api(stack, "POST", `/link/${id}/pay`, { clientId: null, rawBody: body, headers: { "content-type": type } });
+    const wrongType = await raw("payment_method=card", "text/plain");
+    expect(wrongType.status).toBe(415);
+    expect(wrongType.headers.get("cache-control")).toBe("no-store");
+    const broken = await raw("{not json", "application/json");
+    expect(broken.status).toBe(400);
+    expect(broken.headers.get("cache-control")).toBe("no-store");
+    const tooLarge = await fetch(`${stack.gatewayUrl}/link/${id}/pay`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ payment_method: "bank_transfer", pad: "x".repeat(70_000) }),
+    });
+    expect(tooLarge.status).toBe(413);
+    expect(tooLarge.headers.get("cache-control")).toBe("no-store");
+    // The limiter answers from its own hook, before the route's handler.
+    const limited = await startStack({ gateway: { rateLimitPay: { max: 1, windowMs: 60_000 } } });
+    try {
+      const payLimited = () => api(limited, "POST", "/link/lnk-nope/pay", { clientId: null, body: { payment_method: "bank_transfer" } });
+      expect([(await payLimited()).status, (await payLimited()).status]).toEqual([404, 404]);
+      const refused = await payLimited();
+      expect(refused.status).toBe(429);
+      expect(refused.headers.get("cache-control")).toBe("no-store");
+    } finally {
+      await limited.close();
+    }
   });
 
   it("answers 404 for an unknown link, 409 for a used one, 410 for an expired one", async () => {

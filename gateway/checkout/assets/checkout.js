@@ -6,6 +6,8 @@
   var form = document.getElementById("pay-form");
   if (!form) return;
   var status = document.getElementById("status");
+  var fields = document.getElementById("pay-fields");
+  var cancel = document.getElementById("cancel-link");
   var button = document.getElementById("pay-button");
   var cardFields = document.getElementById("card-fields");
   var bankFields = document.getElementById("bank-fields");
@@ -18,6 +20,8 @@
   // Relative to the page, so a CHECKOUT_BASE_URL with a path prefix works.
   var payUrl = location.pathname.replace(/\/+$/, "") + "/pay";
   var busy = false;
+  // The link can no longer be paid (404, 409, 410): Pay stays off for good.
+  var retired = false;
   // The attempt whose outcome is unknown (its answers lost, or 503s until the
   // retries ran out): clicking Pay again with the same details asks again
   // with its key, so a payment that went through is shown, not refused as
@@ -82,10 +86,12 @@
     var numberError = !digits ? "Enter your card number." :
       !/^\d{12,19}$/.test(digits) || !luhn(digits) ? "This card number is not valid. Check it and try again." : "";
     var exp = parseExpiry(expiry.value);
+    // The server's month, UTC's: a card is good through the last day of its
+    // month there, and the device's month refused it east of UTC for hours.
     var now = new Date();
     var expiryError = !expiry.value.trim() ? "Enter the expiry date." :
       !exp ? "Enter the expiry date as MM/YY." :
-      exp.year * 12 + exp.month < now.getFullYear() * 12 + now.getMonth() + 1 ? "This card has expired." : "";
+      exp.year * 12 + exp.month < now.getUTCFullYear() * 12 + now.getUTCMonth() + 1 ? "This card has expired." : "";
     var cvcError = /^\d{3,4}$/.test(cvc.value.trim()) ? "" : "Enter the 3 or 4 digit security code.";
     [[number, numberError], [expiry, expiryError], [cvc, cvcError]].forEach(function (pair) {
       setError(pair[0], pair[1]);
@@ -94,17 +100,70 @@
     return problems;
   }
 
-  function finish(message, kind) {
+  // aria-busy on the fields, never on an ancestor of #status: a screen
+  // reader may hold back what a busy region's live region says.
+  function markBusy(on) {
+    if (on) fields.setAttribute("aria-busy", "true");
+    else fields.removeAttribute("aria-busy");
+  }
+
+  // Leaving for the merchant's cancel page while a payment may be going
+  // through could leave a customer who paid believing they cancelled.
+  function holdExit(held) {
+    if (!cancel) return;
+    if (held) {
+      cancel.setAttribute("aria-disabled", "true");
+      cancel.tabIndex = -1;
+    } else {
+      cancel.removeAttribute("aria-disabled");
+      cancel.removeAttribute("tabindex");
+    }
+  }
+
+  function start() {
+    busy = true;
+    markBusy(true);
+    holdExit(true);
+    button.disabled = true;
+    button.textContent = "Processing\u2026";
+    announce("Processing your payment\u2026", "info");
+  }
+
+  // The attempt ended without paying. Disabling the Pay button sent the
+  // keyboard focus to <body>: it comes back to the button, or to the field
+  // the answer refused, so the customer can act on the answer from there.
+  function finish(message, focusOn) {
     busy = false;
-    form.removeAttribute("aria-busy");
+    markBusy(false);
+    holdExit(false);
     button.disabled = false;
     button.textContent = payLabel;
-    announce(message, kind);
+    announce(message, "error");
+    (focusOn || button).focus();
+  }
+
+  // aria-disabled, not disabled: a disabled button cannot hold the focus.
+  function retire() {
+    retired = true;
+    button.setAttribute("aria-disabled", "true");
+  }
+
+  // The refusals of one card field the server words (services/links/card.ts),
+  // shown at that field as the page's own checks are.
+  var REFUSED_FIELDS = { "Invalid card number": "card-number", "Card has expired": "card-expiry" };
+
+  function refusedField(message) {
+    var input = REFUSED_FIELDS.hasOwnProperty(message) ? document.getElementById(REFUSED_FIELDS[message]) : null;
+    if (!input || input.disabled) return null;
+    setError(input, message + ".");
+    return input;
   }
 
   function succeed(result) {
     var target = typeof result.redirect_url === "string" ? result.redirect_url : "";
     if (/^https?:\/\//i.test(target)) {
+      // Paid: Pay and the cancel link stay off while the merchant's page loads.
+      markBusy(false);
       announce("Payment successful. Taking you back to the merchant\u2026", "success");
       location.assign(target);
       return;
@@ -134,7 +193,7 @@
 
   form.addEventListener("submit", function (event) {
     event.preventDefault();
-    if (busy) return;
+    if (busy || retired) return;
     var body = { payment_method: method() };
     if (body.payment_method === "card") {
       var problems = checkCard();
@@ -147,11 +206,7 @@
       body.card = { number: digitsOf(number.value), exp_month: exp.month, exp_year: exp.year, cvc: cvc.value.trim() };
       if (name.value.trim()) body.card.name = name.value.trim();
     }
-    busy = true;
-    form.setAttribute("aria-busy", "true");
-    button.disabled = true;
-    button.textContent = "Processing\u2026";
-    announce("Processing your payment\u2026", "info");
+    start();
     // One key per attempt; every retry of this attempt sends the same one,
     // so a payment whose answer was lost is answered, never charged twice
     // and never told the link is used (CONTRACT "Retrying a payment").
@@ -171,7 +226,7 @@
   }
 
   function retryOrFail(json, key, tries, message) {
-    if (tries >= RETRY_DELAYS_MS.length) return finish(message, "error");
+    if (tries >= RETRY_DELAYS_MS.length) return finish(message);
     announce("Still processing your payment\u2026", "info");
     var base = RETRY_DELAYS_MS[tries];
     setTimeout(function () { send(json, key, tries + 1); }, base + Math.floor(Math.random() * base * 0.3));
@@ -196,25 +251,28 @@
           var wait = Number(res.headers.get("retry-after"));
           return finish(wait > 0
             ? "Too many attempts. Please wait " + (wait === 1 ? "a second" : wait < 90 ? wait + " seconds" : Math.ceil(wait / 60) + " minutes") + " and try again."
-            : "Too many attempts. Please wait a moment and try again.", "error");
+            : "Too many attempts. Please wait a moment and try again.");
         }
         unsettled = null;
         if (res.ok) return succeed(data);
         if (res.status === 402) {
-          finish(message + ". Try again with another card or payment method.", "error");
-          if (number && !number.disabled) number.focus();
+          finish(message + ". Try again with another card or payment method.", number && !number.disabled ? number : null);
         } else if (res.status === 404 || res.status === 409 || res.status === 410) {
           // The link can no longer be paid: retrying cannot help.
-          finish(message + ".", "error");
-          button.disabled = true;
+          retire();
+          finish(message + ".");
         } else {
-          finish(message.replace(/\.?$/, "."), "error");
+          finish(message.replace(/\.?$/, "."), res.status === 400 ? refusedField(message) : null);
         }
       });
     }, function () {
       retryOrFail(json, key, tries, "We could not reach the payment service. Check your connection and try again.");
     });
   }
+
+  if (cancel) cancel.addEventListener("click", function (event) {
+    if (cancel.hasAttribute("aria-disabled")) event.preventDefault();
+  });
 
   showMethod();
 })();
