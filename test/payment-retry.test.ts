@@ -207,26 +207,32 @@ describe("a hold the LinkService was killed holding", () => {
     // that no payment recorded. (NO KEY UPDATE lets the hold's row, whose
     // foreign key only shares the link's key, be written meanwhile.)
     const blocker = await sql.reserve();
-    await blocker`begin`;
-    await blocker`select 1 from links where id = ${id} for no key update`;
-    const paying = pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
-    await waitFor(
-      async () =>
-        (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update "links"%'`)
-          .length === 1,
-      10_000,
-      () => "the pay's transaction never waited on the link",
-    );
-    const [hold, ...others] = await holdsOf();
-    expect(others).toEqual([]);
-    expect(hold!.releasing).toBe(false);
+    let hold: { reference: string; releasing: boolean } | undefined;
+    try {
+      await blocker`begin`;
+      await blocker`select 1 from links where id = ${id} for no key update`;
+      const paying = pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
+      await waitFor(
+        async () =>
+          (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update "links"%'`)
+            .length === 1,
+        10_000,
+        () => "the pay's transaction never waited on the link",
+      );
+      const [first, ...others] = await holdsOf();
+      expect(others).toEqual([]);
+      expect(first!.releasing).toBe(false);
+      hold = first;
 
-    services.links.signal("SIGKILL");
-    await services.links.exited;
-    const answer = await paying;
-    expect({ status: answer.status, body: answer.text }).toEqual({ status: 503, body: JSON.stringify({ error: "Service unavailable" }) });
-    await blocker`rollback`;
-    blocker.release();
+      services.links.signal("SIGKILL");
+      await services.links.exited;
+      const answer = await paying;
+      expect({ status: answer.status, body: answer.text }).toEqual({ status: 503, body: JSON.stringify({ error: "Service unavailable" }) });
+    } finally {
+      // Released whatever happened: a pay left waiting on the lock would hold the services' drain in afterAll.
+      await blocker`rollback`;
+      blocker.release();
+    }
 
     // Nothing committed: no payment, the link still payable, the hold still on record.
     expect(await sql`select id from payments where link_id = ${id}`).toEqual([]);
