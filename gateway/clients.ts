@@ -19,7 +19,7 @@ import {
 import { createBatcher } from "../services/shared/batcher.js";
 import { createLeanGrpcTransport } from "./grpc-transport.js";
 import { type BatchAnswer, type BatchCall, type BatchStreamClient, createBatchStreamClient } from "./batch-stream.js";
-import { errorFromStatus, type Status } from "../services/shared/rpc-status.js";
+import { errorFromStatus, type Status, statusFromError } from "../services/shared/rpc-status.js";
 
 // A second call of each kind goes beside the one in flight only once 16
 // requests wait: a call's fixed cost (about 215 µs in the LinkService, 24 per
@@ -132,35 +132,61 @@ function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamCl
     if (answer.case !== (call as { case: K }).case) throw new ConnectError("the batch stream answered another call", Code.Internal);
     return answer.value as BatchAnswer<K>;
   }
-  /** The items' results; RESOURCE_EXHAUSTED (over either end's 1 MiB message limit) splits the batch. */
-  async function inHalves<I, R>(items: I[], send: (items: I[]) => Promise<{ results: R[] }>): Promise<R[]> {
+  /**
+   * The items' results. RESOURCE_EXHAUSTED (over either end's 1 MiB message
+   * limit) splits the batch: its halves go one after the other, within the
+   * batch's deadline, so that their bytes never pile up unsent, and a half
+   * that fails fails its own items only (the other's links may be created).
+   */
+  async function inHalves<I, R>(
+    items: I[],
+    send: (items: I[], timeoutMs: number) => Promise<{ results: R[] }>,
+    deadline: number,
+  ): Promise<(R | Failed)[]> {
     try {
-      return (await send(items)).results;
+      return (await send(items, deadline - Date.now())).results;
     } catch (err) {
       if (!(err instanceof ConnectError) || err.code !== Code.ResourceExhausted || items.length < 2) throw err;
       const half = Math.ceil(items.length / 2);
-      const [first, second] = await Promise.all([inHalves(items.slice(0, half), send), inHalves(items.slice(half), send)]);
-      return first.concat(second);
+      const results: (R | Failed)[] = [];
+      for (const part of [items.slice(0, half), items.slice(half)]) {
+        const left = deadline - Date.now();
+        const answers = left > 0
+          ? await inHalves(part, send, deadline).catch((e: unknown) => part.map(() => failed(ConnectError.from(e))))
+          : part.map(() => failed(new ConnectError("the request waited past its deadline", Code.DeadlineExceeded)));
+        results.push(...answers);
+      }
+      return results;
     }
   }
   return {
     getLinks: (items: NonNullable<MessageInitShape<typeof BatchGetLinksRequestSchema>["items"]>, timeoutMs: number) =>
-      inHalves(items, (part): Promise<BatchGetLinksResponse> =>
-        viaStream(
-          () => onStream({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items: part }) }, timeoutMs),
-          () => links.batchGetLinks({ items: part }, { timeoutMs }),
-        ),
+      inHalves(
+        items,
+        (part, ms): Promise<BatchGetLinksResponse> =>
+          viaStream(
+            () => onStream({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items: part }) }, ms),
+            () => links.batchGetLinks({ items: part }, { timeoutMs: ms }),
+          ),
+        Date.now() + timeoutMs,
       ),
     createLinks: (items: NonNullable<MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"]>, timeoutMs: number) =>
-      inHalves(items, (part): Promise<BatchCreateLinksResponse> =>
-        viaStream(
-          () => onStream({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items: part }) }, timeoutMs),
-          () => links.batchCreateLinks({ items: part }, { timeoutMs }),
-        ),
+      inHalves(
+        items,
+        (part, ms): Promise<BatchCreateLinksResponse> =>
+          viaStream(
+            () => onStream({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items: part }) }, ms),
+            () => links.batchCreateLinks({ items: part }, { timeoutMs: ms }),
+          ),
+        Date.now() + timeoutMs,
       ),
   };
 }
 const UNARY_AFTER_UNIMPLEMENTED_MS = 60_000;
+
+/** An item's result when the call that carried it failed: the error its own call would have had. */
+type Failed = { result: { case: "error"; value: Status } };
+const failed = (err: ConnectError): Failed => ({ result: { case: "error", value: statusFromError(err) } });
 
 /** A request waiting for a batch, and when its own deadline passes. */
 interface Queued<T> {

@@ -325,6 +325,30 @@ describe("when the processor or the clock get in the way", () => {
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
   });
 
+  it("stops waiting for room among a link's attempts when its caller gives up, and pays no one late", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    // Five attempts whose processor never answers fill the link's room.
+    let release!: () => void;
+    const hung = new Promise<void>((resolve) => (release = resolve));
+    const stalling: PaymentProcessor = { ...sandbox, authorize: async (req) => hung.then(() => sandbox.authorize(req)) };
+    const payments = paymentsWith(stalling);
+    const running = Array.from({ length: 5 }, () => payments.complete(bankTransfer(id)).catch((e: unknown) => e));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const leaving = new AbortController();
+    const waiting = payments.complete(bankTransfer(id), leaving.signal).catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const gaveUp = performance.now();
+    leaving.abort(new ConnectError("the caller went away", Code.Canceled));
+    expect(((await waiting) as ConnectError).code).toBe(Code.Canceled);
+    expect(performance.now() - gaveUp).toBeLessThan(500);
+    release();
+    const outcomes = await Promise.all(running);
+    // One of the five paid; the one that left was never authorized.
+    expect(outcomes.filter((o) => !(o instanceof Error))).toHaveLength(1);
+    expect(sandbox.authorizations.size).toBe(5);
+  });
+
   it("keeps a payment whose COMMIT landed though the connection failed after it", async () => {
     const id = await createLink();
     const sandbox = createSandboxProcessor();

@@ -15,8 +15,9 @@ import * as failures from "./failure-store.js";
 
 export const MAX_FAILURES = 5;
 export const WINDOW_MS = 3_600_000;
-// Longer than any pay runs (its deadline is 30 s).
-const RUNNING_MAX_MS = 60_000;
+// As long as a pay may still be running: past it, its hold may be released
+// and it can no longer commit (HOLD_RELEASE_AFTER_MS in payments.ts).
+const RUNNING_MAX_MS = 5 * 60_000;
 
 export interface Attempt {
   /** Runs a step; a refusal it throws that `counts` makes the attempt a failed one. */

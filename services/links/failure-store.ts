@@ -17,7 +17,7 @@ export type Reservation = { reserved: true } | { reserved: false; lockedBy?: Dat
  * A running one older than `runningSince` never ended (its LinkService was
  * killed) and counts as failed. One at a time per link (a transaction
  * advisory lock on its id), so that attempts arriving together cannot all
- * find room.
+ * find room; one that finds the lock taken finds no room, for now.
  */
 export function reserveAttempt(
   db: Db,
@@ -25,8 +25,13 @@ export function reserveAttempt(
   { since, runningSince, max }: { since: Date; runningSince: Date; max: number },
 ): Promise<Reservation> {
   return db.transaction(async (tx): Promise<Reservation> => {
-    // Not the link's row: pay's own transaction, expiry and the sweeper lock that one.
-    await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`paylink.attempts:${attempt.linkId}`}, 0))`);
+    // Not the link's row: pay's own transaction, expiry and the sweeper lock
+    // that one. Tried, not waited for: a pay that finds it taken waits as
+    // for a full room, without holding a pooled connection meanwhile.
+    const [lock] = await tx.execute<{ taken: boolean }>(
+      sql`SELECT pg_try_advisory_xact_lock(hashtextextended(${`paylink.attempts:${attempt.linkId}`}, 0)) AS taken`,
+    );
+    if (!lock?.taken) return { reserved: false };
     const counted = await tx
       .select({ at: paymentFailures.failedAt, attemptId: paymentFailures.attemptId })
       .from(paymentFailures)

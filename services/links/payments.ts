@@ -18,6 +18,7 @@ import {
   linkNotFound,
   linkStateError,
   linkUsed,
+  paymentAttemptsExceeded,
   processorNotConfigured,
   processorUnavailable,
 } from "../shared/rpc-errors.js";
@@ -35,7 +36,8 @@ import { dataFromRow, type LinkRow, statusAt } from "./records.js";
 import * as store from "./store.js";
 
 export interface Payments {
-  complete(req: CompletePaymentRequest): Promise<CompletePaymentResponse>;
+  /** `signal` is the call's: a pay waiting for room among the link's attempts stops waiting when it aborts. */
+  complete(req: CompletePaymentRequest, signal?: AbortSignal): Promise<CompletePaymentResponse>;
 }
 
 const CAPTURE_WAIT_MS = 5_000;
@@ -45,8 +47,10 @@ const AUTHORIZE_TIMEOUT_MS = 20_000;
 // An open hold this old has no pay waiting on its authorization any more:
 // the capture job may release it. A pay slower still cannot commit with it.
 export const HOLD_RELEASE_AFTER_MS = 5 * 60_000;
-// How long an attempt waits, spread, before it asks again for room among the link's attempts.
+// How long an attempt waits, spread, before it asks again for room among
+// the link's attempts, and for how long in all before it answers 429.
 const ATTEMPT_WAIT_MS = 50;
+const ATTEMPT_WAIT_LIMIT_MS = 10_000;
 
 export interface PaymentsDeps {
   db: Db;
@@ -65,7 +69,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
   const attempts = deps.attempts ?? createAttempts({ db, clock, logger: deps.logger });
 
   return {
-    async complete(req) {
+    async complete(req, signal) {
       const method = methodName(req.paymentMethod);
       if (!method) throw invalid("payment_method must be one of card, bank_transfer");
       // A retry of an attempt that paid the link: its answer, not a 409 (nor a
@@ -75,6 +79,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
       // The link's own state answers before the lock against card testing: a
       // used link is 409 and an expired one 410 whatever failed on it before,
       // and nothing tried on a link that cannot be paid counts against it.
+      const waitUntil = Date.now() + ATTEMPT_WAIT_LIMIT_MS;
       for (;;) {
         const row = await store.findLink(db, req.linkId);
         if (!row) throw linkNotFound();
@@ -93,8 +98,12 @@ export function createPayments(deps: PaymentsDeps): Payments {
             await attempt.end();
           }
         }
-        // Attempts running now fill the link's room: when one ends, the link may be paid, or locked, or have room.
+        // Attempts running now fill the link's room: when one ends, the link
+        // may be paid, or locked, or have room. A caller that gave up is not
+        // paid for later, and none waits past the limit.
+        if (Date.now() >= waitUntil) throw paymentAttemptsExceeded(1);
         await new Promise((resolve) => setTimeout(resolve, ATTEMPT_WAIT_MS * (0.5 + Math.random())));
+        signal?.throwIfAborted();
       }
     },
   };

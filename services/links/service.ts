@@ -164,7 +164,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       return { checkout: toCheckout(row, clock.now()) };
     },
 
-    completePayment: (req) => deps.payments.complete(req),
+    completePayment: (req, ctx) => deps.payments.complete(req, ctx.signal),
 
     ...createLinkEvents({ ...deps, callersLink: (id, ctx) => ownLink(id, requireClientId(ctx)) }),
     getCaller: (_req, ctx) => ({ clientId: requireClientId(ctx) }),
