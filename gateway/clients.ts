@@ -159,27 +159,26 @@ function createBatchHop(links: Client<typeof LinkService>, stream: BatchStreamCl
       return results;
     }
   }
+  /** A batch call of one kind, split when too large, every part within the batch's deadline. */
+  const batchCall =
+    <I, R>(send: (items: I[], timeoutMs: number) => Promise<{ results: R[] }>) =>
+    (items: I[], timeoutMs: number) =>
+      inHalves(items, send, Date.now() + timeoutMs);
+  type GetItems = NonNullable<MessageInitShape<typeof BatchGetLinksRequestSchema>["items"]>;
+  type CreateItems = NonNullable<MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"]>;
   return {
-    getLinks: (items: NonNullable<MessageInitShape<typeof BatchGetLinksRequestSchema>["items"]>, timeoutMs: number) =>
-      inHalves(
-        items,
-        (part, ms): Promise<BatchGetLinksResponse> =>
-          viaStream(
-            () => onStream({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items: part }) }, ms),
-            () => links.batchGetLinks({ items: part }, { timeoutMs: ms }),
-          ),
-        Date.now() + timeoutMs,
+    getLinks: batchCall((items: GetItems, timeoutMs): Promise<BatchGetLinksResponse> =>
+      viaStream(
+        () => onStream({ case: "getLinks", value: create(BatchGetLinksRequestSchema, { items }) }, timeoutMs),
+        () => links.batchGetLinks({ items }, { timeoutMs }),
       ),
-    createLinks: (items: NonNullable<MessageInitShape<typeof BatchCreateLinksRequestSchema>["items"]>, timeoutMs: number) =>
-      inHalves(
-        items,
-        (part, ms): Promise<BatchCreateLinksResponse> =>
-          viaStream(
-            () => onStream({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items: part }) }, ms),
-            () => links.batchCreateLinks({ items: part }, { timeoutMs: ms }),
-          ),
-        Date.now() + timeoutMs,
+    ),
+    createLinks: batchCall((items: CreateItems, timeoutMs): Promise<BatchCreateLinksResponse> =>
+      viaStream(
+        () => onStream({ case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items }) }, timeoutMs),
+        () => links.batchCreateLinks({ items }, { timeoutMs }),
       ),
+    ),
   };
 }
 const UNARY_AFTER_UNIMPLEMENTED_MS = 60_000;

@@ -345,53 +345,53 @@ describe("SIGTERM under load", () => {
     return { start, own, gatewayPort, linksPort, notifierPort };
   }
 
-  it("`npm start` refuses a port another program holds, naming it, before it starts anything", async () => {
-    // Another program on the notifier's port would answer its readiness check: "ready" would be printed
-    // for a notifier that then died on EADDRINUSE.
-    const taken = net.createServer();
-    const port = await new Promise<number>((resolve) => taken.listen(0, "0.0.0.0", () => resolve((taken.address() as net.AddressInfo).port)));
-    const { start, own, linksPort } = await spawnStart("paylink_start_taken", { NOTIFIER_PORT: String(port) });
+  /** start.js with `env` exits 1 naming the problem, before it has started anything. */
+  async function expectRefusedAtStart(name: string, env: Record<string, string>, message: string) {
+    const { start, own, linksPort } = await spawnStart(name, env);
     try {
       expect(await start.exited, start.output()).toBe(1);
-      expect(start.output()).toContain(`NOTIFIER_PORT ${port} is in use by another program: stop it, or set NOTIFIER_PORT to a free port`);
+      expect(start.output()).toContain(message);
       expect(start.output()).not.toContain("[start] ready");
       expect(start.output()).not.toContain("LinkService listening");
       expect(await canConnect(linksPort)).toBe(false);
     } finally {
       start.signal("SIGKILL");
       await start.exited;
-      await new Promise((resolve) => taken.close(resolve));
       await own.drop();
+    }
+  }
+
+  it("`npm start` refuses a port another program holds, naming it, before it starts anything", async () => {
+    // Another program on the notifier's port would answer its readiness check: "ready" would be printed
+    // for a notifier that then died on EADDRINUSE.
+    const taken = net.createServer();
+    const port = await new Promise<number>((resolve) => taken.listen(0, "0.0.0.0", () => resolve((taken.address() as net.AddressInfo).port)));
+    try {
+      await expectRefusedAtStart(
+        "paylink_start_taken",
+        { NOTIFIER_PORT: String(port) },
+        `NOTIFIER_PORT ${port} is in use by another program: stop it, or set NOTIFIER_PORT to a free port`,
+      );
+    } finally {
+      await new Promise((resolve) => taken.close(resolve));
     }
   });
 
   it("`npm start` refuses two of its services on one port, naming both, before it starts anything", async () => {
     const port = String(await freePort());
-    const { start, own, linksPort } = await spawnStart("paylink_start_same", { GATEWAY_METRICS_PORT: port, LINKS_METRICS_PORT: port });
-    try {
-      expect(await start.exited, start.output()).toBe(1);
-      expect(start.output()).toContain(`LINKS_METRICS_PORT and GATEWAY_METRICS_PORT are both ${port}: each needs a port of its own`);
-      expect(start.output()).not.toContain("LinkService listening");
-      expect(await canConnect(linksPort)).toBe(false);
-    } finally {
-      start.signal("SIGKILL");
-      await start.exited;
-      await own.drop();
-    }
+    await expectRefusedAtStart(
+      "paylink_start_same",
+      { GATEWAY_METRICS_PORT: port, LINKS_METRICS_PORT: port },
+      `LINKS_METRICS_PORT and GATEWAY_METRICS_PORT are both ${port}: each needs a port of its own`,
+    );
   });
 
-  it("`npm start` refuses a setting only it reads, naming it, before it starts anything", async () => {
-    const { start, own, linksPort } = await spawnStart("paylink_start_badport", { EMBEDDED_POSTGRES_PORT: "5432x" });
-    try {
-      expect(await start.exited, start.output()).toBe(1);
-      expect(start.output()).toContain('configuration error: EMBEDDED_POSTGRES_PORT must be a port number from 0 to 65535; got "5432x"');
-      expect(await canConnect(linksPort)).toBe(false);
-    } finally {
-      start.signal("SIGKILL");
-      await start.exited;
-      await own.drop();
-    }
-  });
+  it("`npm start` refuses a setting only it reads, naming it, before it starts anything", () =>
+    expectRefusedAtStart(
+      "paylink_start_badport",
+      { EMBEDDED_POSTGRES_PORT: "5432x" },
+      'configuration error: EMBEDDED_POSTGRES_PORT must be a port number from 0 to 65535; got "5432x"',
+    ));
 
   it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_twice");
