@@ -5,7 +5,6 @@
 // Idempotency-Key. Every value rule is the LinkService's, so REST and gRPC
 // share it. A body reaches the conversion with the shape its schema gives.
 import { create } from "@bufbuild/protobuf";
-import { type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Static } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
 import {
@@ -17,6 +16,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { currencyDigits, fromMinorUnits, isKnownCurrency, toMinorUnits } from "../services/shared/money.js";
 import { methodFromName, methodName, statusName } from "../services/shared/names.js";
+import { isoTime } from "./iso-time.js";
 import { type Place, pointerSegment, type Report, type RequestRules, SHAPE } from "./request-rules.js";
 import { headerCount } from "./routing.js";
 import type { CreateLink } from "./schemas.js";
@@ -177,7 +177,6 @@ function linkDataFromJson(data: LinkDataJson) {
   };
 }
 
-const iso = (ts: Timestamp | undefined) => (ts ? timestampDate(ts).toISOString() : undefined);
 
 /** The contract's link object: exactly its ten fields, absent optionals left out. */
 export function linkToJson(link: Link): Json {
@@ -188,9 +187,9 @@ export function linkToJson(link: Link): Json {
     status: statusName(link.status),
     data: linkDataToJson(link.data!),
     client_id: link.clientId,
-    expires_at: iso(link.expiresAt),
-    created_at: iso(link.createdAt),
-    updated_at: iso(link.updatedAt),
+    expires_at: isoTime(link.expiresAt),
+    created_at: isoTime(link.createdAt),
+    updated_at: isoTime(link.updatedAt),
     metadata: link.metadata,
   };
 }
