@@ -1,9 +1,9 @@
 // The payment and the delivery log as REST shows them (CONTRACT.md,
 // "Payments and webhook events, for merchants"): absent optionals left out.
 import type { LinkEvent, Payment } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { isoTime } from "../services/shared/iso-time.js";
 import { currencyDigits, fromMinorUnits } from "../services/shared/money.js";
 import { deliveryStatusName, methodName } from "../services/shared/names.js";
-import { isoTime } from "./iso-time.js";
 
 export function paymentToJson(payment: Payment) {
   const amount = payment.amount!;

@@ -14,9 +14,9 @@ import {
   type LinkData,
   LinkType,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { isoTime } from "../services/shared/iso-time.js";
 import { currencyDigits, fromMinorUnits, isKnownCurrency, toMinorUnits } from "../services/shared/money.js";
 import { methodFromName, methodName, statusName } from "../services/shared/names.js";
-import { isoTime } from "./iso-time.js";
 import { type Place, pointerSegment, type Report, type RequestRules, SHAPE } from "./request-rules.js";
 import { headerCount } from "./routing.js";
 import type { CreateLink } from "./schemas.js";

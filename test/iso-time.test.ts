@@ -2,17 +2,20 @@ import { timestampDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { create } from "@bufbuild/protobuf";
 import { TimestampSchema } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import { isoTime } from "../gateway/iso-time.js";
+import { isoFromMs, isoTime } from "../services/shared/iso-time.js";
 
 const MAX_MS = 8.64e15; // Date's range, either side of 1970
 
-describe("isoTime", () => {
+describe("isoFromMs and isoTime", () => {
   it("spells every instant as toISOString does, across Date's whole range", () => {
     const instants = [0, -1, 1, 86_399_999, 86_400_000, -86_400_000, 951_782_400_000, 253_402_300_799_999, 253_402_300_800_000, -62_167_219_200_001, MAX_MS, -MAX_MS];
     for (let i = 0; i < 20_000; i++) instants.push(Math.floor((Math.random() * 2 - 1) * MAX_MS));
     // A busy day's worth of milliseconds, so one day's cached prefix serves many.
     for (let i = 0; i < 5_000; i++) instants.push(1_795_687_622_294 + i * 17_389);
-    for (const ms of instants) expect(isoTime(timestampFromMs(ms)), String(ms)).toBe(new Date(ms).toISOString());
+    for (const ms of instants) {
+      expect(isoFromMs(ms), String(ms)).toBe(new Date(ms).toISOString());
+      expect(isoTime(timestampFromMs(ms)), String(ms)).toBe(new Date(ms).toISOString());
+    }
   });
 
   it("rounds nanoseconds to the millisecond as timestampDate does", () => {
@@ -25,5 +28,6 @@ describe("isoTime", () => {
   it("leaves an absent timestamp absent and refuses one past Date's range", () => {
     expect(isoTime(undefined)).toBeUndefined();
     expect(() => isoTime(create(TimestampSchema, { seconds: 8_640_000_000_001n }))).toThrow(RangeError);
+    expect(() => isoFromMs(NaN)).toThrow(RangeError);
   });
 });

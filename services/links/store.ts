@@ -3,6 +3,7 @@
 // decide what runs atomically.
 import { and, asc, desc, eq, gt, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
+import { isoFromMs } from "../shared/iso-time.js";
 import type { Db, Executor } from "./db.js";
 import { deliveries, deliveryAttempts, idempotencyKeys, links, type LinkStatusValue, openHolds, payments } from "./schema.js";
 import type { LinkRow } from "./records.js";
@@ -45,9 +46,9 @@ export function prepareHotQueries(db: Db) {
         client_id: row.clientId,
         data: row.data,
         metadata: row.metadata,
-        expires_at: row.expiresAt,
-        created_at: row.createdAt,
-        updated_at: row.updatedAt,
+        expires_at: isoFromMs(row.expiresAt.getTime()),
+        created_at: isoFromMs(row.createdAt.getTime()),
+        updated_at: isoFromMs(row.updatedAt.getTime()),
       }));
       return insertMany.execute({ rows: JSON.stringify(json) });
     },
