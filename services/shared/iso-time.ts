@@ -32,9 +32,11 @@ export function isoTime(ts: Timestamp | undefined): string | undefined {
 }
 
 /** As `new Date(ms).toISOString()`. */
-export function isoFromMs(ms: number): string {
+export function isoFromMs(instant: number): string {
+  // Date drops a fraction of a millisecond, towards 1970.
+  const ms = Math.trunc(instant);
   // Past Date's range this throws RangeError, as toISOString does (a day's start can be in range when its instant is not).
-  if (!(Math.abs(ms) <= MAX_MS)) return new Date(ms).toISOString();
+  if (!(Math.abs(ms) <= MAX_MS)) return new Date(instant).toISOString();
   const day = Math.floor(ms / DAY_MS);
   let rest = ms - day * DAY_MS;
   const hours = Math.floor(rest / 3_600_000);
