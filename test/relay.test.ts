@@ -2,8 +2,9 @@
 // on commit rather than on the poll, marks a row only after JetStream acks it,
 // lets the stream drop re-published copies, shares rows between copies
 // without double-publishing, and cleans up after the retention period.
+import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
-import { eq, isNull } from "drizzle-orm";
+import { eq, isNull, ne } from "drizzle-orm";
 import { connect, DiscardPolicy, type JetStreamManager, type NatsConnection } from "nats";
 import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
@@ -191,4 +192,23 @@ it("deletes published rows after the retention period, and never unpublished one
   expect(await relay.cleanup()).toBeGreaterThanOrEqual(1);
   expect((await rowFor(db, pending.linkId)).publishedAt).toBeNull();
   await relay.close();
+});
+
+it("publishes the rest of a batch beside a row it cannot read, which stays in the outbox", async () => {
+  const { webhooks, db } = await stack({ pollIntervalMs: 50 });
+  await webhooks.relay!.whenReady();
+  // No release writes such a row; a damaged one must not hold back the events behind it.
+  const unreadable = randomUUID();
+  await own.db.insert(outbox).values({
+    id: unreadable,
+    subject: "link.created",
+    payload: Buffer.from([0xff, 0xff, 0xff]),
+    createdAt: new Date(Date.now() - 60_000),
+    idsOnly: true,
+  });
+  const paid = await webhooks.pay({});
+  const readable = () => db.select().from(outbox).where(ne(outbox.id, unreadable));
+  await waitFor(async () => (await readable()).some((row) => fromBinary(EventSchema, row.payload).linkId === paid.linkId && row.publishedAt !== null));
+  const [left] = await own.db.select().from(outbox).where(eq(outbox.id, unreadable));
+  expect(left!.publishedAt).toBeNull();
 });

@@ -93,7 +93,9 @@ export function createRelay(opts: RelayOptions): Relay {
       const rows = await claimUnpublished(tx, batchSize);
       if (rows.length === 0) return { claimed: 0, failed: 0 };
       const results = await Promise.allSettled(
-        rows.map((row) =>
+        // Async: a row whose event cannot be read fails alone, and the publishes
+        // already started for the rows before it still reach allSettled.
+        rows.map(async (row) =>
           client.publish(subjectFor(row.subject), row.payload, {
             msgID: row.id,
             timeout: publishTimeoutMs,
@@ -105,7 +107,10 @@ export function createRelay(opts: RelayOptions): Relay {
       await markPublished(tx, acked, clock.now());
       const failures = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
       if (failures.length > 0) {
-        logger.warn({ err: failures[0]!.reason, failed: failures.length }, "JetStream did not ack; rows stay in the outbox");
+        logger.warn(
+          { err: failures[0]!.reason, failed: failures.length },
+          "rows not published (JetStream did not ack, or a row cannot be read); they stay in the outbox",
+        );
       }
       return { claimed: rows.length, failed: failures.length };
     });
