@@ -18,7 +18,7 @@ afterEach(async () => {
 });
 
 async function setup(answer?: Parameters<typeof startReceiver>[0], webhookUrl?: string) {
-  const { receiver, webhooks, ...delivery } = await startDeliveryStack(env, cleanups, { answer, retrySchedule: SCHEDULE });
+  const { receiver, webhooks, topology, ...delivery } = await startDeliveryStack(env, cleanups, { answer, retrySchedule: SCHEDULE });
   const notifier = await delivery.notifier();
   const stack = webhooks.stack;
   const hook = webhookUrl ?? receiver.url;
@@ -32,7 +32,7 @@ async function setup(answer?: Parameters<typeof startReceiver>[0], webhookUrl?: 
     await waitFor(async () => (last = (await events(linkId))[0])?.status === status, 10_000, () => JSON.stringify(last));
     return last;
   }
-  return { receiver, webhooks, notifier, stack, hook, get, events, redeliver, settled };
+  return { receiver, webhooks, notifier, stack, topology, hook, get, events, redeliver, settled };
 }
 
 describe("GET /v1/links/{id}/payment", () => {
@@ -231,5 +231,37 @@ describe("POST /v1/links/{id}/events/{event_id}/redeliver", () => {
     expect(maxInFlight).toBe(1);
     expect(arrivals).toHaveLength(2);
     expect(done.attempts.map((a: any) => a.status_code)).toStrictEqual([500, 200]);
+  });
+
+  it("during the schedule's last attempt: that attempt's failure is no dead letter, and the new schedule delivers", async () => {
+    // The receiver fails every attempt of the first schedule, holding the last one; later ones succeed.
+    const last = SCHEDULE.length + 1;
+    const arrivals: number[] = [];
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const receiver = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", async () => {
+        const n = arrivals.push(Date.now());
+        if (n === last) await held;
+        res.writeHead(n <= last ? 503 : 200).end();
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise((resolve) => (receiver.closeAllConnections(), receiver.close(() => resolve()))));
+    const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+
+    const { webhooks, notifier, topology, events, redeliver, settled } = await setup(undefined, url);
+    const paid = await webhooks.pay({ webhook: url });
+    await waitFor(() => arrivals.length === last);
+    const [event] = await events(paid.linkId);
+    expect((await redeliver(paid.linkId, event.id)).status).toBe(202);
+    release();
+
+    const done = await settled(paid.linkId, "delivered");
+    expect(done.attempts.map((a: any) => a.status_code)).toStrictEqual([...Array(last).fill(503), 200]);
+    expect(notifier.metrics.counts.dead_lettered).toBe(0);
+    const jsm = await env.nc.jetstreamManager();
+    expect((await jsm.streams.info(topology.deadLetterStream)).state.messages).toBe(0);
   });
 });

@@ -197,13 +197,32 @@ describe("the internal DeliveryService", () => {
     const next = await deliveries.startAttempt(attempt);
     expect([slow.action, next.action]).toEqual([StartAttemptAction.DELIVER, StartAttemptAction.DELIVER]);
 
-    // The slow copy comes back from its last attempt and gives up: history only.
-    await deliveries.recordAttempt({ eventId, leaseToken: slow.leaseToken, error: "timeout", outcome: AttemptOutcome.FAILED });
+    // The slow copy comes back from its last attempt and gives up: history only, and no dead letter.
+    const gaveUp = await deliveries.recordAttempt({ eventId, leaseToken: slow.leaseToken, error: "timeout", outcome: AttemptOutcome.FAILED });
+    expect(gaveUp.failed).toBe(false);
     expect((await eventNow()).status).toBe(DeliveryStatus.PENDING);
     await deliveries.recordAttempt({ eventId, leaseToken: next.leaseToken, statusCode: 200, outcome: AttemptOutcome.DELIVERED });
     const settled = await eventNow();
     expect(settled.status).toBe(DeliveryStatus.DELIVERED);
     expect(settled.attempts).toHaveLength(2);
+  });
+
+  it("says a give-up failed the event only when it did: for the lease holder, again on a replay, never for an older schedule", async () => {
+    const { clock, deliveries, eventId, attempt, eventNow, redeliver } = await paidEvent("give-up-client");
+    const last = await deliveries.startAttempt(attempt);
+    const giveUp = { eventId, leaseToken: last.leaseToken, statusCode: 503, outcome: AttemptOutcome.FAILED };
+    expect((await deliveries.recordAttempt(giveUp)).failed).toBe(true);
+    expect((await deliveries.recordAttempt(giveUp)).failed).toBe(true); // the answer was lost: the same again
+    expect((await eventNow()).status).toBe(DeliveryStatus.FAILED);
+
+    // A redelivery starts generation 1; a give-up of generation 0 that ends now changes nothing.
+    await redeliver();
+    clock.advance(1000);
+    const fresh = await deliveries.startAttempt({ ...attempt, generation: 1 });
+    expect(fresh.action).toBe(StartAttemptAction.DELIVER);
+    const stale = await deliveries.recordAttempt({ eventId, leaseToken: "", generation: 0, statusCode: 503, outcome: AttemptOutcome.FAILED });
+    expect(stale.failed).toBe(false);
+    expect((await eventNow()).status).toBe(DeliveryStatus.PENDING);
   });
 
   /**

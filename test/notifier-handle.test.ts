@@ -26,12 +26,32 @@ import { DEFAULT_TOPOLOGY } from "../services/shared/jetstream.js";
 const SCHEDULE = [1000, 2000, 3000];
 const EVENT_ID = "0b7c1e2a-3d4f-4a5b-8c6d-7e8f9a0b1c2d";
 
-function handlerFor(start: Omit<MessageInitShape<typeof StartAttemptResponseSchema>, "$typeName">, outcome: Outcome) {
+interface Options {
+  /** What RecordAttempt answers: `failed` says whether the event's schedule ended in failure. */
+  recordAnswer?: { failed?: boolean };
+  /** How many dead-letter publishes fail before one is taken (Infinity: none is). */
+  publishFailures?: number;
+  recordForMs?: number;
+}
+
+function handlerFor(
+  start: Omit<MessageInitShape<typeof StartAttemptResponseSchema>, "$typeName">,
+  outcome: Outcome,
+  { recordAnswer = {}, publishFailures = 0, recordForMs }: Options = {},
+) {
   const deadLetters: { subject: string; data: Uint8Array; headers: MsgHdrs }[] = [];
   const recorded: RecordAttemptRequest[] = [];
   const delivered: { url: string; apiKey: string }[] = [];
+  /** What the handler did, in order. */
+  const steps: string[] = [];
+  let failures = 0;
   const js = {
     publish: async (subject: string, data: Uint8Array, opts: { headers: MsgHdrs }) => {
+      if (failures++ < publishFailures) {
+        steps.push("publish refused");
+        throw new Error("no stream");
+      }
+      steps.push("dead-lettered");
       deadLetters.push({ subject, data, headers: opts.headers });
       return {};
     },
@@ -53,8 +73,9 @@ function handlerFor(start: Omit<MessageInitShape<typeof StartAttemptResponseSche
         ...start,
       }),
     recordAttempt: async (req: RecordAttemptRequest) => {
+      steps.push("recorded");
       recorded.push(req);
-      return {};
+      return recordAnswer;
     },
   } as unknown as Client<typeof DeliveryService>;
   const handle = createHandler({
@@ -66,8 +87,10 @@ function handlerFor(start: Omit<MessageInitShape<typeof StartAttemptResponseSche
     metrics: createMetrics(),
     logger: pino({ level: "silent" }),
     random: () => 0.5,
+    recordForMs,
+    ensureDeadLetterStream: async () => void steps.push("stream ensured"),
   });
-  return { handle, deadLetters, recorded, delivered };
+  return { handle, deadLetters, recorded, delivered, steps };
 }
 
 function message(old = false) {
@@ -122,13 +145,47 @@ describe("a failed attempt", () => {
     });
   });
 
-  it("is dead-lettered after the schedule's last attempt, and recorded as failed", async () => {
-    const { handle, deadLetters, recorded } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed);
+  it.each([
+    ["says the schedule failed", { failed: true }],
+    ["is too old to say", {}],
+  ])("after the schedule's last attempt, is recorded as failed, then dead-lettered when the LinkService %s", async (_, answer) => {
+    const { handle, deadLetters, recorded, steps } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, { recordAnswer: answer });
     const { msg, seen } = message();
     await handle(msg);
     expect(seen.acked).toBe(true);
+    expect(steps).toEqual(["recorded", "dead-lettered"]);
     expect(deadLetters.map((d) => d.subject)).toEqual([`${DEFAULT_TOPOLOGY.deadLetterSubjectPrefix}.payment.completed`]);
     expect(recorded[0]!.outcome).toBe(AttemptOutcome.FAILED);
+  });
+
+  it("after the last attempt, is not dead-lettered when the record leaves the event owed (a newer schedule, another copy's attempt)", async () => {
+    const { handle, recorded, steps } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, { recordAnswer: { failed: false } });
+    const { msg, seen } = message();
+    await handle(msg);
+    expect(seen).toEqual({ acked: true });
+    expect(steps).toEqual(["recorded"]);
+    expect(recorded[0]!.outcome).toBe(AttemptOutcome.FAILED);
+  });
+
+  it("a dead letter the stream refuses is tried again, the stream ensured between tries", async () => {
+    const { handle, deadLetters, steps } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, { publishFailures: 2 });
+    const { msg, seen } = message();
+    await handle(msg);
+    expect(seen).toEqual({ acked: true });
+    expect(steps).toEqual(["recorded", "publish refused", "stream ensured", "publish refused", "stream ensured", "dead-lettered"]);
+    expect(deadLetters).toHaveLength(1);
+  });
+
+  it("a dead letter the stream never takes is given up on: the event is acked, never attempted again", async () => {
+    const { handle, deadLetters, recorded } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, {
+      publishFailures: Infinity,
+      recordForMs: 300,
+    });
+    const { msg, seen } = message();
+    await handle(msg);
+    expect(seen).toEqual({ acked: true });
+    expect(deadLetters).toEqual([]);
+    expect(recorded).toHaveLength(1);
   });
 });
 

@@ -136,6 +136,22 @@ describe("answers and retries", () => {
     expect(dead.header.get("Paylink-Attempts")).toBe(String(SCHEDULE.length + 1));
   });
 
+  it("makes a deleted dead-letter stream again for the dead letter, and makes the last attempt once", async () => {
+    const { topology, receiver, webhooks, notifier } = await setup(() => 503);
+    const jsm = await env.nc.jetstreamManager();
+    await jsm.streams.delete(topology.deadLetterStream);
+    const paid = await webhooks.pay({ webhook: receiver.url, api_key: "k" });
+
+    await waitFor(() => notifier.metrics.counts.dead_lettered === 1);
+    const dead = await deadLetter(topology);
+    expect(dead.header.get("Paylink-Event-Id")).toBe(receiver.byLink(paid.linkId)[0]!.headers["webhook-id"]);
+    // Longer than the whole schedule: a repeated last attempt would show up.
+    await new Promise((resolve) => setTimeout(resolve, SCHEDULE.reduce((a, b) => a + b) * 3));
+    expect(receiver.byLink(paid.linkId)).toHaveLength(SCHEDULE.length + 1);
+    const { events } = await webhooks.client.listLinkEvents({ linkId: paid.linkId }, { headers: { "client-id": "client-webhooks" } });
+    expect(events[0]!.attempts).toHaveLength(SCHEDULE.length + 1);
+  });
+
   it("dead-letters a DNS failure and a refused connection by their kind, with no host or ip:port on NATS", async () => {
     const { topology, webhooks, notifier } = await setup();
     const closedPort = await new Promise<number>((resolve) => {

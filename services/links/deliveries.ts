@@ -171,7 +171,8 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     await store.updateDelivery(tx, eventId, { leaseToken: null, leaseUntil: null, reconcileAt });
   }
 
-  async function record(tx: Executor, req: RecordAttemptRequest): Promise<void> {
+  /** Answers whether the event's schedule (this record's generation) has ended in failure. */
+  async function record(tx: Executor, req: RecordAttemptRequest): Promise<boolean> {
     const now = clock.now();
     const row = isEventId(req.eventId) ? await store.lockDelivery(tx, req.eventId) : undefined;
     if (!row) throw new ConnectError("Event not found", Code.NotFound);
@@ -184,9 +185,10 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       durationMs: req.durationMs,
       leaseToken: req.leaseToken || null,
     });
+    const failed = (status: DeliveryRow["status"]) => status === "failed" && req.generation === row.generation;
     // The notifier retries a record whose answer it lost: the first one
     // logged the attempt and set the schedule, and this one changes nothing.
-    if (!first) return;
+    if (!first) return failed(row.status);
     const holder = row.leaseToken !== null && row.leaseToken === req.leaseToken;
     const set: Partial<DeliveryRow> = holder ? { leaseToken: null, leaseUntil: null, reconcileAt: now, republished: 0 } : {};
     // An attempt of an older schedule is history only; a lapsed lease still
@@ -205,6 +207,7 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       Object.assign(set, { nextAttemptAt: due, reconcileAt: due });
     }
     if (Object.keys(set).length > 0) await store.updateDelivery(tx, row.eventId, set);
+    return failed(set.status ?? row.status);
   }
 
   return {
@@ -222,8 +225,7 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       return answer;
     },
     async recordAttempt(req) {
-      await db.transaction((tx) => record(tx, req));
-      return {};
+      return { failed: await db.transaction((tx) => record(tx, req)) };
     },
   };
 }

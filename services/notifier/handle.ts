@@ -36,8 +36,10 @@ export interface HandlerDeps {
   metrics: Metrics;
   logger: Logger;
   random?: () => number;
-  /** How long to keep trying to record an attempt before handing the event back. */
+  /** How long to keep trying to record an attempt, or to publish a dead letter, before giving up on it. */
   recordForMs?: number;
+  /** Makes the dead-letter stream again if it is gone (an operator deleted it, a NATS restart without its store). */
+  ensureDeadLetterStream?: () => Promise<void>;
 }
 
 /** ±10 %: receivers that failed together should not be retried together. */
@@ -61,24 +63,34 @@ export function createHandler(deps: HandlerDeps) {
     logger.error({ eventId, attempts, lastError: detail }, "webhook dead-lettered");
   }
 
-  /**
-   * The LinkService must hear of every attempt: a 2xx it never heard of would
-   * be delivered again. So recording is retried for a while, keeping the
-   * message ours meanwhile, before the event is handed back.
-   */
-  async function record(msg: JsMsg, req: RecordAttemptRequest): Promise<void> {
+  /** Tries `op` for up to recordForMs, keeping the message ours meanwhile; then throws its last error. */
+  async function persist<T>(msg: JsMsg, op: () => Promise<T>, onError: (err: unknown) => Promise<void> | void): Promise<T> {
     const deadline = Date.now() + recordForMs;
     for (let wait = 100; ; wait = Math.min(wait * 2, 2000)) {
       try {
-        await deliveries.recordAttempt(req, { timeoutMs: 5000 });
-        return;
+        return await op();
       } catch (err) {
         if (Date.now() + wait > deadline) throw err;
-        logger.warn({ err, eventId: req.eventId }, "cannot record the attempt yet; retrying");
+        await onError(err);
         msg.working();
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }
+  }
+
+  /**
+   * The LinkService must hear of every attempt: a 2xx it never heard of would
+   * be delivered again. So recording is retried for a while before the event
+   * is handed back. Answers whether the event's schedule ended in failure
+   * (undefined from a LinkService too old to say).
+   */
+  async function record(msg: JsMsg, req: RecordAttemptRequest): Promise<boolean | undefined> {
+    const res = await persist(
+      msg,
+      () => deliveries.recordAttempt(req, { timeoutMs: 5000 }),
+      (err) => logger.warn({ err, eventId: req.eventId }, "cannot record the attempt yet; retrying"),
+    );
+    return res.failed;
   }
 
   /** Each event is handled in its request's trace (NATS headers X-Request-Id, traceparent): its log lines carry them. */
@@ -157,12 +169,30 @@ export function createHandler(deps: HandlerDeps) {
     log.info({ attempt, outcome: outcome.kind, statusCode: result.statusCode, durationMs: result.durationMs }, "webhook attempt");
     const lastAttempt = outcome.kind === "refused" || (outcome.kind === "failed" && attempt > retrySchedule.length);
     if (lastAttempt) {
-      // Policy (refused) or the end of the schedule: dead-letter, ids only.
+      // Policy (refused) or the end of the schedule. Recorded first: only an
+      // event the record leaves failed is dead-lettered (ids only). One still
+      // owed (a redelivery began a newer schedule meanwhile, another copy's
+      // attempt is under way) is not, and a dead-letter stream that cannot
+      // take it never brings the attempt round again: the event is settled.
       if (outcome.kind === "refused") metrics.inc("refused");
       else metrics.inc("failed_attempt");
-      await deadLetter(msg, event.id, `${event.id}.${generation}`, toBinary(EventSchema, ids), attempt, outcome.category, outcome.error);
       result.outcome = AttemptOutcome.FAILED;
-      await record(msg, result);
+      if ((await record(msg, result)) === false) {
+        log.info({ attempt }, "gave up on the attempt; the event is still owed, so it is not dead-lettered");
+      } else {
+        const body = toBinary(EventSchema, ids);
+        await persist(
+          msg,
+          () => deadLetter(msg, event.id, `${event.id}.${generation}`, body, attempt, outcome.category, outcome.error),
+          async (err) => {
+            log.warn({ err }, "cannot publish the dead letter yet; retrying");
+            await deps.ensureDeadLetterStream?.().catch(() => {});
+          },
+        ).catch((err: unknown) =>
+          // The event's log says failed, and redeliver still works; only the operators' copy is missing.
+          log.error({ err, attempt, lastError: outcome.error }, "webhook failed for good, but its dead letter could not be published"),
+        );
+      }
       msg.ack();
       return;
     }

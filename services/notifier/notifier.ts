@@ -122,6 +122,7 @@ export async function startNotifier(opts: NotifierOptions) {
       retrySchedule: opts.retrySchedule,
       metrics,
       logger,
+      ensureDeadLetterStream: async () => ensureDeadLetterStream(await conn.jetstreamManager(), topology),
     });
     for (;;) {
       try {
