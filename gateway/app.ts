@@ -124,7 +124,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
 
   app.setErrorHandler(async (thrown: unknown, req, reply) => {
-    const err = await authenticationFirst(req, deps.clients, thrown);
+    const err = await authenticationFirst(req, deps.clients, deps.auth, thrown);
     const known = httpErrorOf(err);
     if (known) {
       if (known.status >= 500) req.log.warn({ err }, "request failed");

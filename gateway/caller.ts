@@ -2,11 +2,13 @@
 // them; the gateway holds no key logic. What it must still get right is the
 // contract's order: a bad key (401/403) answers before checks 2 to 5 (415,
 // 413, invalid JSON, validation), some of which the gateway makes itself
-// before any RPC. Such a refusal first asks the LinkService who the caller
-// is, and answers with its refusal when there is one. The happy path costs
-// no extra call: the RPC that serves the request authenticates it.
+// before any RPC. In api-key mode such a refusal first asks the LinkService
+// who the caller is, and answers with its refusal when there is one. The
+// happy path costs no extra call: the RPC that serves the request
+// authenticates it.
 import type { FastifyRequest } from "fastify";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
+import type { AuthMode } from "../services/shared/config.js";
 import type { Caller, Clients } from "./clients.js";
 import { httpErrorOf } from "./errors.js";
 import { headerCount, headerValues } from "./routing.js";
@@ -61,24 +63,28 @@ export function markIdentified(req: FastifyRequest): void {
 }
 
 /**
- * The error to answer for a /v1 request the gateway refused on its own: the
- * LinkService's authentication refusal when there is one, else `err`.
+ * The error to answer for a /v1 request the gateway refused on its own: in
+ * api-key mode, the LinkService's refusal of the caller when there is one,
+ * else `err`. In client-id mode the gateway has judged the caller already.
  */
-export async function authenticationFirst(req: FastifyRequest, clients: Clients, err: unknown): Promise<unknown> {
-  if (!(req as Marked)[IDENTIFIED] || (req as Marked)[FORWARDED]) return err;
+export async function authenticationFirst(req: FastifyRequest, clients: Clients, auth: AuthMode, err: unknown): Promise<unknown> {
+  if (auth !== "api-key" || !(req as Marked)[IDENTIFIED] || (req as Marked)[FORWARDED]) return err;
   // Only the contract's checks 2 to 5: a 429 must stay cheap, and a 404 or 405 comes first.
   if (![400, 413, 415].includes(httpErrorOf(err)?.status ?? 0)) return err;
   return (await callerRefusal(req, clients)) ?? err;
 }
 
-/** The LinkService's refusal of the caller's credentials, if it refuses them. */
+/**
+ * Why the LinkService does not accept the caller, if it does not: its 401 or
+ * 403, or its 503 when it cannot tell (the LinkService or PostgreSQL down).
+ * A caller whose key nobody could check must not learn what the gateway
+ * thinks of the rest of its request.
+ */
 async function callerRefusal(req: FastifyRequest, clients: Clients): Promise<ConnectError | undefined> {
   try {
     await clients.links.getCaller({}, asCaller(req));
+    return undefined;
   } catch (refusal) {
-    if (refusal instanceof ConnectError && (refusal.code === Code.Unauthenticated || refusal.code === Code.PermissionDenied)) {
-      return refusal;
-    }
+    return ConnectError.from(refusal);
   }
-  return undefined;
 }

@@ -77,6 +77,24 @@ async function everyRequestFailsFast(existing: string) {
   expect(performance.now() - started).toBeLessThan(BOUND_MS);
 }
 
+/**
+ * With PAYLINK_AUTH=api-key, a request the gateway would refuse on its own
+ * (415, invalid JSON) whose key nobody can check: 503, not the gateway's 4xx.
+ */
+async function unauthenticatedRefusalsFailFast() {
+  const headers = { authorization: `Bearer ${newSecret("test")}` };
+  for (const opts of [
+    { rawBody: "x", headers: { ...headers, "content-type": "text/plain" } },
+    { rawBody: "[", headers: { ...headers, "content-type": "application/json" } },
+  ]) {
+    const started = performance.now();
+    const res = await api(keyed, "POST", "/v1/links", opts);
+    expect({ status: res.status, body: res.body }).toEqual({ status: 503, body: { error: "Service unavailable" } });
+    expect(res.headers.get("retry-after")).toBe("1");
+    expect(performance.now() - started).toBeLessThan(BOUND_MS);
+  }
+}
+
 async function readyzFailsFast() {
   const started = performance.now();
   const res = await fetch(`${stack.gatewayUrl}/readyz`);
@@ -103,6 +121,7 @@ describe("PostgreSQL unavailable", () => {
     const id = await createOk();
     await pg.stop();
     await everyRequestFailsFast(id);
+    await unauthenticatedRefusalsFailFast();
     await readyzFailsFast();
     await pg.start();
     await recoversFast();
