@@ -40,15 +40,15 @@ export function limitFor(budget: string, limit: RateLimit | undefined, keyGenera
  * proven keys share. A 401 for a key takes it back out.
  */
 export function clientLimits(mode: AuthMode) {
-  if (mode === "client-id") return { key: (req: FastifyRequest) => String(req.headers["client-id"]), register: () => {} };
+  if (mode === "client-id") return { key: clientOf, register: () => {} };
   // A proven key as sent -> its client's bucket, and a client -> its bucket; least recently used first.
   const proven = new Map<string, string>();
   const shared = new Map<string, string>();
-  const ownBucket = (req: FastifyRequest) => `${req.headers["client-id"]}\n${req.headers.authorization ?? ""}`;
+  const ownBucket = (req: FastifyRequest) => `${clientOf(req)}\n${req.headers.authorization ?? ""}`;
   return {
     key(req: FastifyRequest): string {
       const bucket = proven.get(req.headers.authorization ?? "");
-      return bucket !== undefined && shared.get(String(req.headers["client-id"])) === bucket ? bucket : ownBucket(req);
+      return bucket !== undefined && shared.get(clientOf(req)) === bucket ? bucket : ownBucket(req);
     },
     /** Learns from each /v1 answer which keys are their client's. */
     register(scope: FastifyInstance): void {
@@ -57,7 +57,7 @@ export function clientLimits(mode: AuthMode) {
         if (authorization === undefined) return;
         if (reply.statusCode === 401) proven.delete(authorization);
         else if (reply.statusCode >= 200 && reply.statusCode < 300) {
-          const clientId = String(req.headers["client-id"]);
+          const clientId = clientOf(req);
           const bucket = shared.get(clientId) ?? ownBucket(req);
           remember(shared, clientId, bucket);
           remember(proven, authorization, bucket);
@@ -66,6 +66,13 @@ export function clientLimits(mode: AuthMode) {
     },
   };
 }
+
+/**
+ * The client a request speaks for, as the LinkService names it (it trims the
+ * header, U+00A0 included, which HTTP does not): "m1" and "m1\xa0" are one
+ * client, and one budget.
+ */
+const clientOf = (req: FastifyRequest) => String(req.headers["client-id"]).trim();
 
 /** The most keys a budget keeps; the least recently used goes first (a full bucket is as good as none). */
 const MAX_KEYS = 10_000;

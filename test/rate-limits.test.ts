@@ -81,6 +81,17 @@ describe("per client on /v1", () => {
     }
   });
 
+  it("counts a Client-Id as the LinkService reads it: the spaces it trims (U+00A0 too) make no new budget", async () => {
+    // In api-key mode, every request carries the one key of client rl-trim.
+    const { authorization } = (await stack.merchantHeaders?.("rl-trim", {})) ?? {};
+    const statuses = [];
+    for (const clientId of ["rl-trim", "rl-trim\u00a0", "rl-trim\u00a0\u00a0", "\u00a0rl-trim", "rl-trim\u00a0\u00a0\u00a0"]) {
+      const res = await api(stack, "GET", "/v1/links", { clientId, headers: authorization ? { authorization } : {} });
+      statuses.push(res.status);
+    }
+    expect(statuses).toEqual([200, 200, 200, 200, 429]);
+  });
+
   it("with PAYLINK_AUTH=api-key, a client's keys share its budget once each has been answered", async () => {
     const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
     try {
