@@ -287,6 +287,20 @@ describe("POST /link/{id}/pay", () => {
     expect(res.body).toEqual({ error: "payment_method bank_transfer is not accepted for this link" });
   });
 
+  it("refuses a card on a link without cards as a method it does not allow, whatever the card, and counts none of it", async () => {
+    const id = await createLink({ allowed_payment_methods: ["bank_transfer"] });
+    const badCard = { ...goodCard, number: "1234567812345678" }; // fails the Luhn check
+    for (let i = 0; i < 6; i++) {
+      const res = await pay(id, { payment_method: "card", card: badCard });
+      expect({ status: res.status, body: res.body }).toEqual({
+        status: 400,
+        body: { error: "payment_method card is not accepted for this link" },
+      });
+    }
+    // Six refusals, and the lock (5 failed attempts an hour) has not closed the link.
+    expect((await pay(id, { payment_method: "bank_transfer" })).status).toBe(200);
+  });
+
   it("answers 415 for a non-JSON body and 400 for invalid JSON", async () => {
     const id = await createLink();
     for (const type of ["text/plain", "application/x-www-form-urlencoded"]) {

@@ -115,12 +115,14 @@ export function createPayments(deps: PaymentsDeps): Payments {
     method: NonNullable<ReturnType<typeof methodName>>,
     attempt: Attempt,
   ): Promise<CompletePaymentResponse> {
-    const card: CardInput | undefined =
-      method === "card" ? await attempt.counting(() => validateCard(req.card, clock), isCardRefusal) : undefined;
+    // The method first: a card sent to a link that takes none is refused as
+    // such, not judged (and counted towards the lock) as a card.
     const data = dataFromRow(row);
     if (data.allowedPaymentMethods.length > 0 && !data.allowedPaymentMethods.includes(req.paymentMethod)) {
       throw invalid(`payment_method ${method} is not accepted for this link`);
     }
+    const card: CardInput | undefined =
+      method === "card" ? await attempt.counting(() => validateCard(req.card, clock), isCardRefusal) : undefined;
     if (!deps.processor) throw processorNotConfigured();
     const processor = deps.processor;
 
