@@ -194,27 +194,35 @@ describe("POST /v1/links/{id}/events/{event_id}/redeliver", () => {
     expect(wrongMethod.headers.get("allow")).toBe("POST");
   });
 
-  it("while an attempt is in flight: never two requests at once, and one schedule after it", async () => {
-    // The receiver holds the first request, then fails it; later ones succeed.
+  /**
+   * A receiver that answers each request, once its body is in, with
+   * `status(n)` for the n-th (from 1), after `held` when `holds(n)`.
+   */
+  async function heldReceiver(holds: (n: number) => boolean, status: (n: number) => number) {
+    const arrivals: number[] = [];
     let inFlight = 0;
     let maxInFlight = 0;
-    const arrivals: number[] = [];
     let release: () => void = () => {};
     const held = new Promise<void>((resolve) => (release = resolve));
-    const slow = http.createServer((req, res) => {
+    const server = http.createServer((req, res) => {
       req.resume();
       req.on("end", async () => {
-        inFlight += 1;
-        maxInFlight = Math.max(maxInFlight, inFlight);
-        arrivals.push(Date.now());
-        if (arrivals.length === 1) await held;
+        maxInFlight = Math.max(maxInFlight, ++inFlight);
+        const n = arrivals.push(Date.now());
+        if (holds(n)) await held;
         inFlight -= 1;
-        res.writeHead(arrivals.length === 1 ? 500 : 200).end();
+        res.writeHead(status(n)).end();
       });
     });
-    await new Promise<void>((resolve) => slow.listen(0, "127.0.0.1", resolve));
-    cleanups.push(() => new Promise((resolve) => (slow.closeAllConnections(), slow.close(() => resolve()))));
-    const url = `http://127.0.0.1:${(slow.address() as AddressInfo).port}/hook`;
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise((resolve) => (server.closeAllConnections(), server.close(() => resolve()))));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    return { url, arrivals, release, maxInFlight: () => maxInFlight };
+  }
+
+  it("while an attempt is in flight: never two requests at once, and one schedule after it", async () => {
+    // The receiver holds the first request, then fails it; later ones succeed.
+    const { url, arrivals, release, maxInFlight } = await heldReceiver((n) => n === 1, (n) => (n === 1 ? 500 : 200));
 
     const { webhooks, events, redeliver, settled } = await setup(undefined, url);
     const paid = await webhooks.pay({ webhook: url });
@@ -228,7 +236,7 @@ describe("POST /v1/links/{id}/events/{event_id}/redeliver", () => {
     const done = await settled(paid.linkId, "delivered");
     // Longer than the old schedule's retries: none of them may run.
     await new Promise((resolve) => setTimeout(resolve, SCHEDULE.reduce((a, b) => a + b) * 3));
-    expect(maxInFlight).toBe(1);
+    expect(maxInFlight()).toBe(1);
     expect(arrivals).toHaveLength(2);
     expect(done.attempts.map((a: any) => a.status_code)).toStrictEqual([500, 200]);
   });
@@ -236,20 +244,7 @@ describe("POST /v1/links/{id}/events/{event_id}/redeliver", () => {
   it("during the schedule's last attempt: that attempt's failure is no dead letter, and the new schedule delivers", async () => {
     // The receiver fails every attempt of the first schedule, holding the last one; later ones succeed.
     const last = SCHEDULE.length + 1;
-    const arrivals: number[] = [];
-    let release: () => void = () => {};
-    const held = new Promise<void>((resolve) => (release = resolve));
-    const receiver = http.createServer((req, res) => {
-      req.resume();
-      req.on("end", async () => {
-        const n = arrivals.push(Date.now());
-        if (n === last) await held;
-        res.writeHead(n <= last ? 503 : 200).end();
-      });
-    });
-    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
-    cleanups.push(() => new Promise((resolve) => (receiver.closeAllConnections(), receiver.close(() => resolve()))));
-    const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+    const { url, arrivals, release } = await heldReceiver((n) => n === last, (n) => (n <= last ? 503 : 200));
 
     const { webhooks, notifier, topology, events, redeliver, settled } = await setup(undefined, url);
     const paid = await webhooks.pay({ webhook: url });
