@@ -18,7 +18,7 @@ import { createCaptureRetrier, RELEASE_RETRY_MS } from "../services/links/captur
 import { createAttempts } from "../services/links/attempts.js";
 import { createPayments, HOLD_RELEASE_AFTER_MS } from "../services/links/payments.js";
 import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
-import { deliveries, links, openHolds, outbox, payments } from "../services/links/schema.js";
+import { deliveries, links, openHolds, outbox, paymentFailures, payments } from "../services/links/schema.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { testClock } from "./support/clock.js";
 import { createDatabase } from "./support/database.js";
@@ -347,6 +347,25 @@ describe("when the processor or the clock get in the way", () => {
     // One of the five paid; the one that left was never authorized.
     expect(outcomes.filter((o) => !(o instanceof Error))).toHaveLength(1);
     expect(sandbox.authorizations.size).toBe(5);
+  });
+
+  it("over the LinkService's own wiring too: a pay whose caller's deadline passed while it waited for room is never made", async () => {
+    const id = await createLink();
+    // Five running attempts (of another copy, say) fill the link's room.
+    const taken = Array.from({ length: 5 }, () => ({ linkId: id, failedAt: stack.clock.now(), attemptId: `other-${Math.random()}` }));
+    await stack.db.insert(paymentFailures).values(taken);
+    const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+    const started = performance.now();
+    const err = await client
+      .completePayment({ linkId: id, paymentMethod: PaymentMethod.BANK_TRANSFER }, { timeoutMs: 1000 })
+      .catch((e: unknown) => ConnectError.from(e));
+    expect((err as ConnectError).code).toBe(Code.DeadlineExceeded);
+    expect(performance.now() - started).toBeLessThan(1500);
+    // The room frees after the caller was told; the pay it gave up must not go on.
+    await stack.db.delete(paymentFailures).where(eq(paymentFailures.linkId, id));
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect(await paymentRows(id)).toHaveLength(0);
+    expect((await api(stack, "GET", `/v1/links/${id}`)).body.status).toBe("created");
   });
 
   it("keeps a payment whose COMMIT landed though the connection failed after it", async () => {

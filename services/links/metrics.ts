@@ -100,9 +100,9 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
     countPayments(inner: Payments): Payments {
       return {
         ...inner,
-        async complete(req) {
+        async complete(req, signal) {
           try {
-            const res = await inner.complete(req);
+            const res = await inner.complete(req, signal);
             payments.inc({ outcome: "succeeded" });
             return res;
           } catch (err) {
