@@ -4,13 +4,13 @@
 // handler; a create whose deadline passes while it waits for its group
 // commit is left out of the insert.
 import http2 from "node:http2";
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import postgres from "postgres";
-import { afterAll, beforeAll, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createLogger } from "../services/shared/logger.js";
-import { BatchCreateLinksRequestSchema, CreateLinkRequestSchema, LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { BatchCreateLinksRequestSchema, type CreateLinkRequest, CreateLinkRequestSchema, LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchStreamClient } from "../gateway/batch-stream.js";
 import { grpcFrame } from "./support/grpc-frame.js";
 import { type Stack, startStack } from "./support/stack.js";
@@ -33,33 +33,44 @@ async function linksOf(clientId: string): Promise<string[]> {
   return links.map((link) => link.data?.description ?? "");
 }
 
-it.each(["0S", "0n", "500u"])("runs no handler for a deadline already past on arrival (grpc-timeout %s)", async (timeout) => {
-  const clientId = `deadline-arrival-${timeout}`;
-  const session = http2.connect(stack.linksUrl);
-  try {
-    const frame = grpcFrame(toBinary(CreateLinkRequestSchema, request("late")));
-    const req = session.request({
-      ":method": "POST",
-      ":path": "/paylink.v1.LinkService/CreateLink",
-      "content-type": "application/grpc",
-      te: "trailers",
-      "grpc-timeout": timeout,
-      ...(await stack.merchantHeaders(clientId)),
-    });
-    const status = await new Promise<string | undefined>((resolve, reject) => {
-      let grpcStatus: string | undefined;
-      req.on("response", (h) => (grpcStatus ??= h["grpc-status"] as string | undefined));
-      req.on("trailers", (t) => (grpcStatus ??= t["grpc-status"] as string | undefined));
-      req.on("data", () => {});
-      req.on("end", () => resolve(grpcStatus));
-      req.on("error", reject);
-      req.end(frame);
-    });
-    expect(status).toBe(String(Code.DeadlineExceeded));
-  } finally {
-    session.close();
-  }
-  expect(await linksOf(clientId)).toEqual([]);
+const PROTOCOLS = [
+  { contentType: "application/grpc", body: (r: CreateLinkRequest) => toBinary(CreateLinkRequestSchema, r) },
+  { contentType: "application/grpc+json", body: (r: CreateLinkRequest) => new TextEncoder().encode(toJsonString(CreateLinkRequestSchema, r)) },
+  { contentType: "application/grpc-web+proto", body: (r: CreateLinkRequest) => toBinary(CreateLinkRequestSchema, r) },
+];
+
+describe.each(PROTOCOLS)("over $contentType", ({ contentType, body }) => {
+  it.each(["0S", "0n", "500u", "999u"])("runs no handler for a deadline already past on arrival (grpc-timeout %s)", async (timeout) => {
+    const clientId = `deadline-arrival-${contentType.replace(/\W/g, "-")}-${timeout}`;
+    const session = http2.connect(stack.linksUrl);
+    try {
+      const req = session.request({
+        ":method": "POST",
+        ":path": "/paylink.v1.LinkService/CreateLink",
+        "content-type": contentType,
+        te: "trailers",
+        "grpc-timeout": timeout,
+        ...(await stack.merchantHeaders(clientId)),
+      });
+      const status = await new Promise<string | undefined>((resolve, reject) => {
+        let grpcStatus: string | undefined;
+        const chunks: Buffer[] = [];
+        req.on("response", (h) => (grpcStatus ??= h["grpc-status"] as string | undefined));
+        req.on("trailers", (t) => (grpcStatus ??= t["grpc-status"] as string | undefined));
+        req.on("data", (c: Buffer) => chunks.push(c));
+        // gRPC-Web sends its trailers in the body.
+        req.on("end", () => resolve(grpcStatus ?? /grpc-status:\s*(\d+)/.exec(Buffer.concat(chunks).toString("latin1"))?.[1]));
+        req.on("error", reject);
+        req.end(grpcFrame(body(request("late"))));
+      });
+      expect(status).toBe(String(Code.DeadlineExceeded));
+    } finally {
+      session.close();
+    }
+    // Whatever the handler's timer would have done, the create must not have run at all.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await linksOf(clientId)).toEqual([]);
+  });
 });
 
 /**

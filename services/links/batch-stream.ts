@@ -25,7 +25,7 @@ import {
   type LinkService,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { statusFromError } from "../shared/rpc-status.js";
-import { MAX_TIMER_MS } from "./far-deadlines.js";
+import { MAX_TIMER_MS } from "./deadlines.js";
 
 // Longer than any call's deadline (the gateway's are 1.8 s).
 const DRAIN_GRACE_MS = 2_000;

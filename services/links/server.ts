@@ -27,7 +27,7 @@ import { BATCHES_PATH, createBatchStreams } from "./batch-stream.js";
 import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
 import { createReflection } from "./reflection.js";
-import { dropFarDeadlines } from "./far-deadlines.js";
+import { settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
 import { serveMetrics } from "../shared/metrics.js";
 import { startSpan } from "../shared/telemetry.js";
@@ -137,7 +137,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
   }));
   const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
-    dropFarDeadlines(req.headers);
+    settleDeadlines(req.headers);
     // Answered before the request was read to its end (a message over
     // MAX_MESSAGE_BYTES, say, or a stream of batches ended by a drain while
     // its caller never closes its side): after a moment for the client to

@@ -3,6 +3,9 @@
 // fail its call at once as DEADLINE_EXCEEDED. A deadline that far away is no
 // deadline for any call here: it comes off the request before any path (the
 // fast path, connect's adapter) reads it, and a stream's calls are capped.
+// At the other end, a grpc-timeout under a millisecond (500u) is a past one:
+// it becomes 0n, which every path refuses before the handler runs (connect's
+// adapter would start it and let a 1 ms timer fire after it had written).
 import type { IncomingHttpHeaders } from "node:http2";
 
 /** setTimeout's longest delay. */
@@ -10,12 +13,17 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 const GRPC_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000001 };
 
-/** Takes a well-formed grpc-timeout or connect-timeout-ms longer than a timer can wait off the headers. */
-export function dropFarDeadlines(headers: IncomingHttpHeaders): void {
+/**
+ * Takes a well-formed grpc-timeout or connect-timeout-ms longer than a timer
+ * can wait off the headers, and makes a grpc-timeout under a millisecond 0n.
+ */
+export function settleDeadlines(headers: IncomingHttpHeaders): void {
   const grpc = headers["grpc-timeout"];
   if (typeof grpc === "string") {
     const parts = /^(\d{1,8})([HMSmun])$/.exec(grpc);
-    if (parts && Number(parts[1]) * GRPC_UNIT_MS[parts[2]!]! > MAX_TIMER_MS) delete headers["grpc-timeout"];
+    const ms = parts ? Number(parts[1]) * GRPC_UNIT_MS[parts[2]!]! : undefined;
+    if (ms !== undefined && ms > MAX_TIMER_MS) delete headers["grpc-timeout"];
+    else if (ms !== undefined && ms < 1) headers["grpc-timeout"] = "0n";
   }
   const connect = headers["connect-timeout-ms"];
   if (typeof connect === "string" && /^\d{1,10}$/.test(connect) && Number(connect) > MAX_TIMER_MS) {
