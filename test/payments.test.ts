@@ -248,6 +248,28 @@ describe("over gRPC", () => {
     const unknown = await rpcError(client().completePayment(cardRequest("lnk-missing")));
     expect(unknown.code).toBe(Code.NotFound);
   });
+
+  it("refuses card details with a bank transfer, as REST does, and pays nothing", async () => {
+    const id = await createLink();
+    const request = { ...cardRequest(id), paymentMethod: PaymentMethod.BANK_TRANSFER };
+    const refused = await rpcError(client().completePayment(request));
+    expect(refused).toMatchObject({ code: Code.InvalidArgument, message: "card is only accepted with payment_method card" });
+    const rest = await pay(id, { payment_method: "bank_transfer", card: goodCard });
+    expect(rest.status).toBe(400);
+    expect(rest.body).toEqual({ error: "card is only accepted with payment_method card" });
+    expect(await paymentRows(id)).toHaveLength(0);
+  });
+
+  it("takes a card without a number as bad input, not a card tried: it never locks the link", async () => {
+    const id = await createLink();
+    // proto3 sends no field for "": on the wire, this card has no number at all.
+    const numberless = { ...cardRequest(id).card!, number: "" };
+    for (let i = 0; i < 6; i++) {
+      const refused = await rpcError(client().completePayment({ ...cardRequest(id), card: numberless }));
+      expect(refused).toMatchObject({ code: Code.InvalidArgument, message: "card.number is required" });
+    }
+    expect((await client().completePayment(cardRequest(id))).linkId).toBe(id);
+  });
 });
 
 // The payments module in-process, with processors that misbehave on cue:
@@ -355,12 +377,10 @@ describe("when the processor or the clock get in the way", () => {
     const taken = Array.from({ length: 5 }, () => ({ linkId: id, failedAt: stack.clock.now(), attemptId: `other-${Math.random()}` }));
     await stack.db.insert(paymentFailures).values(taken);
     const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
-    const started = performance.now();
     const err = await client
       .completePayment({ linkId: id, paymentMethod: PaymentMethod.BANK_TRANSFER }, { timeoutMs: 1000 })
       .catch((e: unknown) => ConnectError.from(e));
-    expect((err as ConnectError).code).toBe(Code.DeadlineExceeded);
-    expect(performance.now() - started).toBeLessThan(1500);
+    expect((err as ConnectError).code, String(err)).toBe(Code.DeadlineExceeded);
     // The room frees after the caller was told; the pay it gave up must not go on.
     await stack.db.delete(paymentFailures).where(eq(paymentFailures.linkId, id));
     await new Promise((resolve) => setTimeout(resolve, 1000));

@@ -38,6 +38,8 @@ export const isCardRefusal = (err: unknown): boolean => typeof err === "object" 
 export function validateCard(card: Card | undefined, clock: Clock): CardInput {
   if (!card) throw invalid("card is required for payment_method card");
   const number = card.number.replace(/[\s-]/g, "");
+  // No number (proto3's "" for an omitted one) is bad input, not a card tried.
+  if (number === "") throw invalid("card.number is required");
   if (!/^\d{12,19}$/.test(number) || !luhnValid(number)) throw cardRefused("Invalid card number");
   if (!Number.isInteger(card.expMonth) || card.expMonth < 1 || card.expMonth > 12) {
     throw invalid("card.exp_month must be an integer from 1 to 12");

@@ -72,6 +72,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
     async complete(req, signal) {
       const method = methodName(req.paymentMethod);
       if (!method) throw invalid("payment_method must be one of card, bank_transfer");
+      // As over REST: card details with another method are a mistake, never ignored (nor kept in the pay's key).
+      if (method !== "card" && req.card !== undefined) throw invalid("card is only accepted with payment_method card");
       // A retry of an attempt that paid the link: its answer, not a 409 (nor a
       // 429 from failures that came before it).
       const replay = await replayPayment(db, req);
