@@ -189,32 +189,76 @@ describe("SIGTERM under load", () => {
     }
   });
 
-  it("a drain that fails says so in an error line, and the process exits 1, not 0", async () => {
-    // runMain with a service whose close() fails, in a process of its own.
+  /**
+   * runMain in a process of its own, with `close` as the service's; once it
+   * is up, `signal` is sent `times` times, 200 ms apart. Answers its exit
+   * code and its log lines.
+   */
+  async function runMainWith(close: string, signal: NodeJS.Signals, times = 1, env: Record<string, string> = {}) {
     const dir = mkdtempSync(path.join(tmpdir(), "paylink-drain-"));
-    const file = path.join(dir, "failing.mts");
+    const file = path.join(dir, "service.mts");
+    const shared = (name: string) => JSON.stringify(path.join(ROOT, `services/shared/${name}.ts`));
     writeFileSync(
       file,
-      `import { runMain } from ${JSON.stringify(path.join(ROOT, "services/shared/run-main.ts"))};
+      `import { runMain } from ${shared("run-main")};
+      import { startSpan } from ${shared("telemetry")};
+      import { traceFrom } from ${shared("trace-context")};
       setInterval(() => {}, 1000);
-      await runMain("failing", async () => ({ close: async () => { throw new Error("could not let go"); } }));
+      await runMain("service", async () => {
+        // One request's span, as a service that has served one holds (none without a collector).
+        startSpan("GET /", traceFrom(undefined, undefined))?.end({});
+        return { close: ${close} };
+      });
       console.log("READY");`,
     );
     try {
-      const child = spawn(process.execPath, ["--import", "tsx", file], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "info" } });
+      const child = spawn(process.execPath, ["--import", "tsx", file], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "info", ...env } });
       let output = "";
       child.stdout.on("data", (chunk: Buffer) => (output += chunk));
       child.stderr.on("data", (chunk: Buffer) => (output += chunk));
-      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      const exited = new Promise<number | string | null>((resolve) => child.once("exit", (code, sig) => resolve(code ?? sig)));
       await waitFor(() => output.includes("READY"), 20_000);
-      child.kill("SIGTERM");
-      expect(await exited, output).toBe(1);
+      for (let i = 0; i < times; i++) {
+        if (i > 0) await new Promise((resolve) => setTimeout(resolve, 200));
+        child.kill(signal);
+      }
+      const code = await exited;
       const lines = output.split("\n").filter((line) => line.startsWith("{")).map((line) => JSON.parse(line) as { msg: string; level: number });
-      expect(lines.filter((line) => line.level >= 50).map((line) => line.msg)).toEqual(["drain failed"]);
-      expect(lines.some((line) => line.msg === "drained")).toBe(false);
+      return { code, output, lines };
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  }
+
+  it("a drain that fails says so in an error line, and the process exits 1, not 0", async () => {
+    const { code, output, lines } = await runMainWith(`async () => { throw new Error("could not let go"); }`, "SIGTERM");
+    expect(code, output).toBe(1);
+    expect(lines.filter((line) => line.level >= 50).map((line) => line.msg)).toEqual(["drain failed"]);
+    expect(lines.some((line) => line.msg === "drained")).toBe(false);
+  });
+
+  it("a span collector that never answers costs a warning at shutdown, not the drain: it exits 0 within seconds", async () => {
+    // Accepts connections and never answers them.
+    const silent = net.createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const endpoint = `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
+      const signalled = Date.now();
+      const { code, output, lines } = await runMainWith(`async () => {}`, "SIGTERM", 1, { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint });
+      expect(code, output).toBe(0);
+      expect(Date.now() - signalled).toBeLessThan(10_000);
+      expect(lines.some((line) => line.msg === "drained")).toBe(true);
+      expect(lines.filter((line) => line.level >= 50)).toEqual([]);
+    } finally {
+      silent.close();
+    }
+  });
+
+  it.each(["SIGTERM", "SIGINT"] as const)("a %s repeated while the drain runs is the same stop: it finishes, and exits 0", async (signal) => {
+    const { code, output, lines } = await runMainWith(`() => new Promise((resolve) => setTimeout(resolve, 1000))`, signal, 3);
+    expect(code, output).toBe(0);
+    expect(lines.filter((line) => line.msg === "draining")).toHaveLength(1);
+    expect(lines.some((line) => line.msg === "drained")).toBe(true);
   });
 
   it("the LinkService finishes its calls, then the gateway answers 503 with the contract's body; it exits 0 and frees its port", async () => {

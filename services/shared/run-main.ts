@@ -3,8 +3,10 @@
 import { type Config, ConfigError, loadConfig } from "./config.js";
 import { createLogger, type Logger } from "./logger.js";
 import { startTelemetry } from "./telemetry.js";
+import { withTimeout } from "./with-timeout.js";
 
 const DRAIN_LIMIT_MS = 15_000;
+const TELEMETRY_FLUSH_MS = 3_000;
 
 export async function runMain(
   name: string,
@@ -32,7 +34,12 @@ export async function runMain(
     running = {
       async close() {
         await started.close();
-        await telemetry?.shutdown();
+        // Spans are a diagnostic: a collector that does not answer costs them, not the drain's outcome or its time.
+        if (telemetry) {
+          await withTimeout(telemetry.shutdown(), TELEMETRY_FLUSH_MS, "the span exporter").catch((err: unknown) =>
+            logger.warn({ err }, "spans not exported at shutdown"),
+          );
+        }
       },
     };
   } catch (err) {
@@ -59,6 +66,8 @@ export async function runMain(
     // An orchestrator reads the exit code: a drain that failed is not a clean stop.
     process.exit(drained ? 0 : 1);
   };
-  process.once("SIGTERM", () => void stop("SIGTERM"));
-  process.once("SIGINT", () => void stop("SIGINT"));
+  // Kept for the whole drain: a repeated signal (a second Ctrl-C, a supervisor's
+  // reminder) is the same stop, never Node's default of dying mid-drain.
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
 }
