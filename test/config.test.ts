@@ -38,6 +38,12 @@ describe("loadConfig", () => {
     ["LINKS_PORT", "70000"],
     ["PUBLIC_BASE_URL", "ftp://example.com"],
     ["CHECKOUT_BASE_URL", "not a url"],
+    ["CHECKOUT_BASE_URL", "https://pay.example.com/?ref=sms"],
+    ["PUBLIC_BASE_URL", "https://api.example.com/#top"],
+    ["DATABASE_URL", "mysql://user@host/db"],
+    ["DATABASE_URL", "postgres://svc:pa#ss@db.internal/paylink"],
+    ["DATABASE_URL", "postgres://svc:pa/ss@db.internal/paylink"],
+    ["DATABASE_URL", "postgres://svc:pa%zz@db.internal/paylink"],
     ["WEBHOOK_RETRY_SCHEDULE", "5s,soon"],
     ["WEBHOOK_RECONCILE_AFTER", "0s"],
     ["WEBHOOK_RECONCILE_AFTER", "5m,10m"],
@@ -63,6 +69,26 @@ describe("loadConfig", () => {
   ])("refuses %s=%s with a message naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name} `));
+  });
+
+  it("takes DATABASE_URL as postgres.js reads it, and never repeats a bad one (it may hold a password)", () => {
+    for (const url of [
+      "postgres://svc:pa%23ss@db.internal:5432/paylink",
+      "postgresql://localhost/test",
+      "postgres:///test",
+      "postgres://svc:secret@db1:5432,db2:5432/paylink?target_session_attrs=read-write",
+    ]) {
+      expect(loadConfig({ DATABASE_URL: url }).databaseUrl).toBe(url);
+    }
+    let refused: unknown;
+    try {
+      loadConfig({ DATABASE_URL: "postgres://svc:hunter#2@db.internal/paylink" });
+    } catch (err) {
+      refused = err;
+    }
+    expect(refused).toBeInstanceOf(ConfigError);
+    expect((refused as Error).message).toMatch(/^DATABASE_URL .*percent-encoded/);
+    expect((refused as Error).message).not.toContain("hunter");
   });
 
   it("reads WEBHOOK_RECONCILE_AFTER and INTERNAL_TOKEN", () => {

@@ -63,7 +63,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const publicBaseUrl = baseUrl(env, "PUBLIC_BASE_URL", `http://localhost:${gatewayPort}`);
   return {
     env: paylinkEnv,
-    databaseUrl: optional(env, "DATABASE_URL"),
+    databaseUrl: databaseUrl(env),
     natsUrl: natsUrl(env),
     gatewayPort,
     linksPort,
@@ -144,6 +144,32 @@ export function port(env: NodeJS.ProcessEnv, name: string, fallback: number): nu
   return value;
 }
 
+/**
+ * DATABASE_URL, checked as postgres.js will read it (the first of several
+ * hosts standing for all), so that a bad one is a clear message at start-up,
+ * not the driver's stack trace with the whole URL, password and all, in it.
+ */
+function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = optional(env, "DATABASE_URL");
+  if (raw === undefined) return undefined;
+  const refuse = (problem: string) =>
+    new ConfigError(
+      `DATABASE_URL must be a URL such as postgres://user:password@host:5432/db, with reserved characters (@ : / ? # %) ` +
+        `in the user name and password percent-encoded; ${problem} (the value is not shown: it may hold a password)`,
+    );
+  if (!/^postgres(ql)?:\/\//i.test(raw)) throw refuse("it does not start with postgres:// or postgresql://");
+  try {
+    const authority = raw.slice(raw.indexOf("://") + 3).split(/[?/]/)[0]!;
+    const hosts = decodeURIComponent(authority.slice(authority.indexOf("@") + 1));
+    const url = new URL(raw.replace(hosts, hosts.split(",")[0]!));
+    decodeURIComponent(url.username);
+    decodeURIComponent(url.password);
+  } catch {
+    throw refuse("this one cannot be read as one");
+  }
+  return raw;
+}
+
 function baseUrl(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
   const raw = optional(env, name) ?? fallback;
   let url: URL;
@@ -155,6 +181,8 @@ function baseUrl(env: NodeJS.ProcessEnv, name: string, fallback: string): string
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     throw new ConfigError(`${name} must be an absolute http or https URL; got "${raw}"`);
   }
+  // Paths are appended to it (/link/<id>): a query or a fragment would swallow them.
+  if (/[?#]/.test(raw)) throw new ConfigError(`${name} must be a URL without a query or fragment; got "${raw}"`);
   return raw.replace(/\/+$/, "");
 }
 
