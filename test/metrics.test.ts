@@ -1,9 +1,11 @@
 // Each process's Prometheus metrics, scraped from its own metrics port after
 // real traffic: never from the public gateway port.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createClient } from "@connectrpc/connect";
+import http2 from "node:http2";
+import { Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Health } from "../proto/gen/grpc/health/v1/health_pb.js";
+import { LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -86,6 +88,38 @@ describe("gateway and LinkService metrics", () => {
     await health.check({});
     const links = await scrape(stack.linksMetricsUrl);
     expect(sample(links, 'paylink_rpc_server_duration_seconds_count{rpc_service="grpc.health.v1.Health",rpc_method="Check",rpc_code="ok"}')).toBe(1);
+  });
+
+  it("counts a Connect call's failure by its own code, which its HTTP status does not tell", async () => {
+    const client = createClient(LinkService, createConnectTransport({ baseUrl: stack.linksUrl, httpVersion: "2" }));
+    const headers = await stack.merchantHeaders("client-a");
+    await expect(client.getLink({ id: "lnk-nope" }, { headers })).rejects.toMatchObject({ code: Code.NotFound });
+    await expect(client.createLink({ type: LinkType.PAYMENT }, { headers })).rejects.toMatchObject({ code: Code.InvalidArgument });
+    const links = await scrape(stack.linksMetricsUrl);
+    const rpc = (method: string, code: string) =>
+      sample(links, `paylink_rpc_server_duration_seconds_count{rpc_service="paylink.v1.LinkService",rpc_method="${method}",rpc_code="${code}"}`);
+    expect(rpc("GetLink", "not_found")).toBe(1);
+    expect(rpc("CreateLink", "invalid_argument")).toBe(1);
+  });
+
+  it("counts a path that names no method as unknown: a caller cannot mint label values", async () => {
+    const session = http2.connect(stack.linksUrl);
+    try {
+      for (const path of ["/scan10675/x23996", "/paylink.v1.LinkService/NoSuchMethod"]) {
+        await new Promise<void>((resolve, reject) => {
+          const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
+          req.on("error", reject).on("close", () => resolve());
+          req.resume();
+          req.end();
+        });
+      }
+    } finally {
+      session.close();
+    }
+    const links = await scrape(stack.linksMetricsUrl);
+    expect(links).not.toContain("scan10675");
+    expect(links).not.toContain("NoSuchMethod");
+    expect(links).toMatch(/paylink_rpc_server_duration_seconds_count\{rpc_service="unknown",rpc_method="unknown",rpc_code="[a-z_]+"\} 2/);
   });
 
   it("counts sweeper runs and the links they expire; the outbox lag grows until the relay publishes", async () => {

@@ -2,7 +2,8 @@
 // the process's one HTTP/2 request handler, so the gRPC fast path and
 // connect's adapter (Connect, gRPC-Web, streaming) are counted alike.
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
-import { type Code, ConnectError } from "@connectrpc/connect";
+import type { DescService } from "@bufbuild/protobuf";
+import { type Code, ConnectError, type ContextValues, createContextKey, type Interceptor } from "@connectrpc/connect";
 import { codeFromHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
@@ -122,10 +123,19 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
         seconds,
       );
     },
-    /** Wraps the HTTP/2 request handler: one observation per request, when its stream closes. */
-    measure(handler: (req: Http2ServerRequest, res: Http2ServerResponse) => void) {
+    /**
+     * Wraps the HTTP/2 request handler: one observation per request, when its
+     * stream closes. A path that names none of `services`' methods counts as
+     * unknown/unknown: whoever reaches the port must not mint label values.
+     */
+    measure(handler: (req: Http2ServerRequest, res: Http2ServerResponse) => void, services: DescService[]) {
+      const procedures = new Map<string, readonly [string, string]>(
+        services.flatMap((service) => service.methods.map((m) => [`/${service.typeName}/${m.name}`, [service.typeName, m.name]] as const)),
+      );
       return (req: Http2ServerRequest, res: Http2ServerResponse) => {
         const end = rpcDuration.startTimer();
+        const outcome: Outcome = {};
+        (req as Measured)[OUTCOME] = outcome;
         let trailerStatus: string | undefined;
         const addTrailers = res.addTrailers.bind(res);
         res.addTrailers = (trailers) => {
@@ -134,8 +144,9 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
           addTrailers(trailers);
         };
         res.once("close", () => {
-          const [, service = "unknown", method = "unknown"] = /^\/([^/]+)\/([^/?]+)/.exec(req.url) ?? [];
-          end({ rpc_service: service, rpc_method: method, rpc_code: codeOf(trailerStatus ?? res.getHeader("grpc-status"), res.statusCode) });
+          const [service, method] = procedures.get(req.url.split("?", 1)[0]!) ?? ["unknown", "unknown"];
+          const code = outcome.code === undefined ? codeOf(trailerStatus ?? res.getHeader("grpc-status"), res.statusCode) : codeToString(outcome.code);
+          end({ rpc_service: service, rpc_method: method, rpc_code: code });
         });
         handler(req, res);
       };
@@ -144,6 +155,35 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
 }
 
 export type LinksMetrics = ReturnType<typeof createLinksMetrics>;
+
+/**
+ * A failed call's code, as connect's adapter leaves it for measure(): a
+ * Connect-protocol error carries its code only in its JSON body, and its HTTP
+ * status names several (404 is not_found, 400 invalid_argument or
+ * failed_precondition).
+ */
+interface Outcome {
+  code?: Code;
+}
+const OUTCOME = Symbol("paylink.rpcOutcome");
+type Measured = Http2ServerRequest & { [OUTCOME]?: Outcome };
+const outcomeKey = createContextKey<Outcome | undefined>(undefined, { description: "where measure() reads a failed call's code" });
+
+/** Puts the request's outcome slot among the call's context values (connect's adapter: `contextValues`). */
+export function withOutcomeSlot(req: Http2ServerRequest, values: ContextValues): ContextValues {
+  return values.set(outcomeKey, (req as Measured)[OUTCOME]);
+}
+
+/** Records each failed call's code in its outcome slot; outermost, so that it sees the code the caller gets. */
+export const recordOutcome: Interceptor = (next) => async (req) => {
+  try {
+    return await next(req);
+  } catch (err) {
+    const outcome = req.contextValues.get(outcomeKey);
+    if (outcome) outcome.code = ConnectError.from(err).code;
+    throw err;
+  }
+};
 
 /** gRPC answers carry grpc-status; Connect and plain HTTP answers only their HTTP status. */
 function codeOf(grpcStatus: unknown, httpStatus: number): string {

@@ -28,7 +28,7 @@ import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
 import { createReflection } from "./reflection.js";
 import { settleDeadlines } from "./deadlines.js";
-import { createLinksMetrics, type LinksMetrics } from "./metrics.js";
+import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
 import { serveMetrics } from "../shared/metrics.js";
 import { startSpan } from "../shared/telemetry.js";
 import { runWithTrace, traceFrom } from "../shared/trace-context.js";
@@ -101,6 +101,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
     observe: metrics.observeBatchCall,
   });
+  const served = [LinkService, AdminService, DeliveryService, LinkBatchService, Health, ReflectionV1, ReflectionV1Alpha];
   const handler = metrics.measure(createGrpcFastPath({
     services: [{ service: LinkService, impl: service }],
     // The fast path runs no interceptors: it asks the same authentication.
@@ -111,8 +112,9 @@ export async function startLinksServer(opts: LinksServerOptions) {
       // A field the API does not define is refused, as over REST: a typo such
       // as "expire_in" must not silently give a 12-hour link (connect drops them).
       jsonOptions: { ignoreUnknownFields: false },
-      contextValues: requestContextValues,
+      contextValues: (req) => withOutcomeSlot(req as http2.Http2ServerRequest, requestContextValues(req)),
       interceptors: [
+        recordOutcome,
         errorBoundary(logger),
         internalAuth({ token: opts.internalToken, env }),
         adminGuard(opts.adminToken),
@@ -123,7 +125,6 @@ export async function startLinksServer(opts: LinksServerOptions) {
         router.service(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
         router.service(LinkBatchService, batchStreams.impl);
         router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
-        const served = [LinkService, AdminService, DeliveryService, LinkBatchService, Health, ReflectionV1, ReflectionV1Alpha];
         router.service(Health, createHealthService(() => gate.run(() => ping(db)), served.map((s) => s.typeName)));
         // Streaming, so never on the fast path; open to any caller, as grpc's own is.
         // Error details travel in every error's grpc-status-details-bin; no served
@@ -135,7 +136,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     }),
     readMaxBytes: MAX_MESSAGE_BYTES,
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
-  }));
+  }), served);
   const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
     settleDeadlines(req.headers);
     // Answered before the request was read to its end (a message over
