@@ -7,6 +7,7 @@ import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { WireType } from "@bufbuild/protobuf/wire";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
@@ -207,6 +208,18 @@ describe.each(transports)("connect-es over %s", (_protocol, transport) => {
     expect(
       await failure(client.completePayment({ linkId: id, paymentMethod: PaymentMethod.BANK_TRANSFER })),
     ).toEqual(notFound);
+  });
+
+  it("drops a field this release does not know: the answer does not echo it as if it were kept", async () => {
+    const withFutureField = (): CreateLinkRequest => {
+      const req = request();
+      // Field 50 of LinkData, as a client built from a newer proto would send it.
+      req.data!.$unknown = [{ no: 50, wireType: WireType.Varint, data: new Uint8Array([1]) }];
+      return req;
+    };
+    const plain = await client.createLink(withFutureField(), as("client-connect"));
+    const keyed = await client.createLink({ ...withFutureField(), idempotencyKey: uuidv7() }, as("client-connect"));
+    for (const { link } of [plain, keyed]) expect(link!.data!.$unknown).toBeUndefined();
   });
 
   it("CreateLink then GetLink; money stays integer minor units", async () => {

@@ -166,7 +166,8 @@ export function createBatchStreams(options: BatchStreamOptions) {
         if (data.length < 5 + size) break;
         let call: BatchesRequest;
         try {
-          call = fromBinary(BatchesRequestSchema, data.subarray(5, 5 + size));
+          // Fields this release does not know are dropped, as on the unary paths (server.ts).
+          call = fromBinary(BatchesRequestSchema, data.subarray(5, 5 + size), { readUnknownFields: false });
         } catch (err) {
           return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.Internal));
         }

@@ -127,7 +127,8 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
     if (framing) return finish(framing);
     let input;
     try {
-      input = fromBinary(route.method.input, body.subarray(5));
+      // Fields this release does not know are dropped, as connect's adapter drops them (server.ts).
+      input = fromBinary(route.method.input, body.subarray(5), { readUnknownFields: false });
     } catch (err) {
       return finish(new ConnectError(`the request cannot be decoded: ${(err as Error).message}`, Code.Internal));
     }

@@ -112,6 +112,10 @@ export async function startLinksServer(opts: LinksServerOptions) {
       // A field the API does not define is refused, as over REST: a typo such
       // as "expire_in" must not silently give a 12-hour link (connect drops them).
       jsonOptions: { ignoreUnknownFields: false },
+      // A binary field this release does not know (a client built from a newer
+      // proto) is dropped on arrival, never echoed back in an answer as if it
+      // had been kept (a create's answer is built from its request's data).
+      binaryOptions: { readUnknownFields: false },
       contextValues: (req) => withOutcomeSlot(req as http2.Http2ServerRequest, requestContextValues(req)),
       interceptors: [
         recordOutcome,
