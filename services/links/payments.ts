@@ -95,6 +95,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
         const attempt = await attempts.begin(row.id);
         if (attempt) {
           try {
+            // The caller may have given up while the room was being taken.
+            signal?.throwIfAborted();
             return await attemptPayment(req, row, method, attempt);
           } finally {
             await attempt.end();
