@@ -78,9 +78,13 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
             ? { status: 408, message: "Request timeout" }
             : { status: 400, message: "Malformed HTTP request" };
       const body = JSON.stringify({ error: message });
+      const requestId = randomUUID();
+      // Never seen by a route's hooks: counted and logged here, under the id the client is given.
+      deps.metrics?.parserRefused(status);
+      deps.logger.info({ requestId, statusCode: status, code }, "request refused by the HTTP parser");
       socket.end(
         `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-          `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nX-Request-Id: ${randomUUID()}\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nX-Request-Id: ${requestId}\r\n` +
           `Connection: close\r\n\r\n${body}`,
       );
     },

@@ -21,9 +21,19 @@ export function createGatewayMetrics(registry: Registry = createRegistry()) {
     help: "Requests a route schema refused that the LinkService takes: a schema bug (answered 400 naming Ajv's error).",
     registers: [registry],
   });
+  const parserRefusals = new Counter({
+    name: "paylink_http_parser_refusals_total",
+    help: "Requests Node's HTTP parser refused before any route (431 head too large, 408 timeout, 400 malformed), by status code.",
+    labelNames: ["status_code"],
+    registers: [registry],
+  });
   return {
     registry,
     schemaDisagreements,
+    /** A request Node's parser refused: it never reaches the app's hooks, so the duration histogram never sees it. */
+    parserRefused(status: number): void {
+      parserRefusals.inc({ status_code: status });
+    },
     /** Observes every answer of the app, 404s (route "unmatched") included. */
     register(app: FastifyInstance): void {
       app.addHook("onResponse", (req, reply, done) => {

@@ -2,6 +2,7 @@
 // real traffic: never from the public gateway port.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import http2 from "node:http2";
+import net from "node:net";
 import { Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Health } from "../proto/gen/grpc/health/v1/health_pb.js";
@@ -88,6 +89,21 @@ describe("gateway and LinkService metrics", () => {
     await health.check({});
     const links = await scrape(stack.linksMetricsUrl);
     expect(sample(links, 'paylink_rpc_server_duration_seconds_count{rpc_service="grpc.health.v1.Health",rpc_method="Check",rpc_code="ok"}')).toBe(1);
+  });
+
+  it("counts the requests Node's HTTP parser refuses before any route, by status", async () => {
+    const { port } = new URL(stack.gatewayUrl);
+    const raw = (request: string) =>
+      new Promise<string>((resolve, reject) => {
+        let answer = "";
+        const socket = net.connect(Number(port), "127.0.0.1", () => socket.end(request));
+        socket.on("data", (chunk: Buffer) => (answer += chunk)).on("end", () => resolve(answer)).on("error", reject);
+      });
+    expect(await raw(`GET /v1/links HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`)).toMatch(/^HTTP\/1\.1 431 /);
+    expect(await raw("NOT A REQUEST\r\n\r\n")).toMatch(/^HTTP\/1\.1 400 /);
+    const gateway = await scrape(stack.gatewayMetricsUrl);
+    expect(sample(gateway, 'paylink_http_parser_refusals_total{status_code="431"}')).toBe(1);
+    expect(sample(gateway, 'paylink_http_parser_refusals_total{status_code="400"}')).toBe(1);
   });
 
   it("counts a Connect call's failure by its own code, which its HTTP status does not tell", async () => {
