@@ -177,7 +177,6 @@ function linkDataFromJson(data: LinkDataJson) {
   };
 }
 
-
 /** The contract's link object: exactly its ten fields, absent optionals left out. */
 export function linkToJson(link: Link): Json {
   return {

@@ -101,9 +101,10 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
     countPayments(inner: Payments): Payments {
       return {
         ...inner,
-        async complete(req, signal) {
+        // Every argument passed on as given: the call's signal among them, which stops a pay its caller gave up on.
+        async complete(...args) {
           try {
-            const res = await inner.complete(req, signal);
+            const res = await inner.complete(...args);
             payments.inc({ outcome: "succeeded" });
             return res;
           } catch (err) {

@@ -64,7 +64,7 @@ export function createHandler(deps: HandlerDeps) {
   }
 
   /** Tries `op` for up to recordForMs, keeping the message ours meanwhile; then throws its last error. */
-  async function persist<T>(msg: JsMsg, op: () => Promise<T>, onError: (err: unknown) => Promise<void> | void): Promise<T> {
+  async function keepTrying<T>(msg: JsMsg, op: () => Promise<T>, onError: (err: unknown) => Promise<void> | void): Promise<T> {
     const deadline = Date.now() + recordForMs;
     for (let wait = 100; ; wait = Math.min(wait * 2, 2000)) {
       try {
@@ -85,7 +85,7 @@ export function createHandler(deps: HandlerDeps) {
    * (undefined from a LinkService too old to say).
    */
   async function record(msg: JsMsg, req: RecordAttemptRequest): Promise<boolean | undefined> {
-    const res = await persist(
+    const res = await keepTrying(
       msg,
       () => deliveries.recordAttempt(req, { timeoutMs: 5000 }),
       (err) => logger.warn({ err, eventId: req.eventId }, "cannot record the attempt yet; retrying"),
@@ -181,7 +181,7 @@ export function createHandler(deps: HandlerDeps) {
         log.info({ attempt }, "gave up on the attempt; the event is still owed, so it is not dead-lettered");
       } else {
         const body = toBinary(EventSchema, ids);
-        await persist(
+        await keepTrying(
           msg,
           () => deadLetter(msg, event.id, `${event.id}.${generation}`, body, attempt, outcome.category, outcome.error),
           async (err) => {
