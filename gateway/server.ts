@@ -19,10 +19,12 @@ export interface GatewayOptions {
   trustProxy?: string[];
   /** GATEWAY_METRICS_PORT: /metrics listens there, never on the public port; none when absent. */
   metricsPort?: number;
+  /** Each LinkService call's deadline; the contract's 1.8 s (clients.ts) unless a test needs room. */
+  rpcDeadlineMs?: number;
 }
 
 export async function startGateway(opts: GatewayOptions) {
-  const clients = createClients(opts.linksUrl);
+  const clients = createClients(opts.linksUrl, { deadlineMs: opts.rpcDeadlineMs });
   const metrics = createGatewayMetrics();
   const app = buildGateway({ ...opts, clients, metrics });
   await app.listen({ port: opts.port, host: opts.host ?? "0.0.0.0" });

@@ -25,7 +25,7 @@ export interface StackOptions {
   auth?: AuthMode;
   adminToken?: string;
   /** Gateway settings beyond the defaults (rate limits are off unless given). */
-  gateway?: Pick<GatewayOptions, "rateLimitClient" | "rateLimitPay" | "requestTimeoutMs" | "trustProxy">;
+  gateway?: Pick<GatewayOptions, "rateLimitClient" | "rateLimitPay" | "requestTimeoutMs" | "trustProxy" | "rpcDeadlineMs">;
 }
 
 /** The PAYLINK_AUTH a test run's stacks use unless a test says otherwise. */
