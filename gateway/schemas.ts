@@ -205,6 +205,9 @@ export const SHARED_SCHEMAS: TSchema[] = [ErrorBody, Link, Payment, LinkEvent];
 const ref = (id: string) => Type.Ref(id);
 const errorRef = (description: string, headers?: Record<string, TSchema>) => ({ ...ref("Error"), description, ...(headers && { headers }) });
 const RETRY_AFTER = { "retry-after": Str("Seconds to wait before asking again") };
+const REPLAYED = {
+  "idempotent-replayed": Type.Optional(Type.Literal("true", { description: "This answer is the stored answer to an earlier request with the same Idempotency-Key" })),
+};
 /** The headers a refusal carries, by status: what a client needs to act on it. */
 const ERROR_HEADERS: Record<number, Record<string, TSchema>> = {
   401: { "www-authenticate": Type.Literal("Bearer") },
@@ -234,6 +237,8 @@ const clientIdHeader = Type.Object({ "client-id": Str("The merchant; required on
 /** Public routes: no merchant credentials. */
 const open = { security: [] };
 
+const BODY_IGNORED = "Takes no body. One sent anyway must be a JSON object (`Content-Type: application/json`, at most 64 KiB), and is ignored.";
+
 const idParams = Type.Object({ id: Str("The link id") });
 
 /** Route schemas, by path and method, as route() takes them. */
@@ -252,10 +257,7 @@ export const ROUTE_SCHEMAS = {
         201: {
           ...ref("Link"),
           description: "Created",
-          headers: {
-            location: Str("/v1/links/{id} of the new link"),
-            "idempotent-replayed": Type.Optional(Type.Literal("true", { description: "This answer is the stored answer to an earlier request with the same Idempotency-Key" })),
-          },
+          headers: { location: Str("/v1/links/{id} of the new link"), ...REPLAYED },
         },
         ...errors({ ...MERCHANT_ERRORS, 409: "Idempotency-Key in progress", 422: "Idempotency-Key used with a different request" }),
       },
@@ -292,6 +294,7 @@ export const ROUTE_SCHEMAS = {
       operationId: "expireLink",
       tags: ["links"],
       summary: "End a link early",
+      description: BODY_IGNORED,
       headers: clientIdHeader,
       params: idParams,
       response: { 200: { ...ref("Link"), description: "The link, expired" }, ...errors(LIVE_LINK_ERRORS) },
@@ -322,6 +325,7 @@ export const ROUTE_SCHEMAS = {
       operationId: "redeliverEvent",
       tags: ["webhooks"],
       summary: "Deliver an event's webhook again",
+      description: BODY_IGNORED,
       headers: clientIdHeader,
       params: Type.Object({ id: Str("The link id"), eventId: Str("The event id") }),
       response: { 202: { ...ref("LinkEvent"), description: "Accepted: the event, pending" }, ...errors({ ...LINK_ERRORS, 409: "`Link has no webhook`" }) },
@@ -353,8 +357,16 @@ export const ROUTE_SCHEMAS = {
       headers: Type.Object({ "idempotency-key": Type.Optional(Str("1 to 255 characters; a retry with it gets the first answer")) }),
       body: Pay,
       response: {
-        200: { ...PayResult, description: "Paid" },
-        ...errors({ 400: "Invalid JSON, a field's rule, or the card's", 402: "`Card was declined`", 404: "`Link not found`", 409: "`Link has already been used`", 410: "`Link has expired`", 429: "`Too many requests`" }),
+        200: { ...PayResult, description: "Paid", headers: REPLAYED },
+        ...errors({
+          400: "Invalid JSON, a field's rule, or the card's",
+          402: "`Card was declined`",
+          404: "`Link not found`",
+          409: "`Link has already been used`",
+          410: "`Link has expired`",
+          422: "Idempotency-Key used with a different payment",
+          429: "`Too many requests`",
+        }),
       },
     },
   },

@@ -220,6 +220,16 @@ describe("POST /link/{id}/pay", () => {
     expect(redirect.searchParams.get("payment_id")).toBe(res.body.payment_id);
   });
 
+  it("counts the name on the card as a create counts the customer's, in characters, so the name it pre-fills pays", async () => {
+    const name = "𝓐".repeat(200); // 400 UTF-16 units
+    const id = await createLink({ customer: { name } });
+    expect((await page(id)).html).toContain(`value="${name}"`);
+    const res = await pay(id, { payment_method: "card", card: { ...goodCard, name } });
+    expect(res.status, res.text).toBe(200);
+    const longer = await pay(await createLink(), { payment_method: "card", card: { ...goodCard, name: `${name}𝓐` } });
+    expect(longer.body).toEqual({ error: "card.name must be at most 200 characters" });
+  });
+
   it("answers a redirect_url a browser takes but RFC 3986 does not, as the document says it may", async () => {
     // api() checks every answer against /openapi.json: `format: uri` refused this one.
     const id = await createLink({ redirect_url: "https://shop.example/thanks|x" });

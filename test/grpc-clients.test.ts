@@ -34,36 +34,67 @@ afterAll(() => stack?.close());
 
 const LINK_ID = /^lnk-[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
-describe("JSON over the Connect protocol and gRPC", () => {
-  it.each([
-    ["application/json", (body: Buffer) => body],
-    ["application/grpc+json", (body: Buffer) => grpcFrame(body)],
-  ] as const)("refuses a field the API does not define (%s), as REST does", async (contentType, frame) => {
-    const body = JSON.stringify({ type: "LINK_TYPE_PAYMENT", expire_in: 600, data: { amount: { value: "1000", currency: "USD" }, description: "typo" } });
-    const framed = frame(Buffer.from(body));
+describe("JSON over the Connect protocol, gRPC and gRPC-Web", () => {
+  const jsonTypes = ["application/json", "application/grpc+json", "application/grpc-web+json"] as const;
+
+  /** The refusal as `code message`: the Connect protocol's HTTP status and body, gRPC's trailers, gRPC-Web's trailer frame. */
+  async function refusalOf(contentType: (typeof jsonTypes)[number], path: string, body: string, headers: Record<string, string>) {
     // h2c, as the LinkService speaks it (fetch would speak HTTP/1.1).
-    const merchant = await stack.merchantHeaders("client-json");
     const session = http2.connect(stack.linksUrl);
     const { head, text } = await new Promise<{ head: Record<string, unknown>; text: string }>((resolve, reject) => {
       const req = session.request({
         ":method": "POST",
-        ":path": "/paylink.v1.LinkService/CreateLink",
+        ":path": path,
         "content-type": contentType,
         ...(contentType === "application/json" ? {} : { te: "trailers" }),
-        ...merchant,
+        ...headers,
       });
       const head: Record<string, unknown> = {};
       let text = "";
       req.on("response", (h) => Object.assign(head, h));
       req.on("trailers", (t) => Object.assign(head, t));
-      req.on("data", (chunk: Buffer) => (text += chunk.toString()));
+      req.on("data", (chunk: Buffer) => (text += chunk.toString("latin1")));
       req.on("end", () => resolve({ head, text }));
       req.on("error", reject);
-      req.end(framed);
+      req.end(contentType === "application/json" ? Buffer.from(body) : grpcFrame(Buffer.from(body)));
     }).finally(() => session.close());
-    const refusal = contentType === "application/json" ? `${head[":status"]} ${text}` : `${head["grpc-status"]} ${head["grpc-message"]}`;
-    expect(refusal).toMatch(contentType === "application/json" ? /^400 .*invalid_argument.*expire_in/ : /^3 .*expire_in/);
+    if (contentType === "application/json") return `${head[":status"]} ${text}`;
+    const trailers = contentType === "application/grpc+json" ? head : Object.fromEntries([...text.matchAll(/(grpc-[a-z]+): ([^\r]*)\r\n/g)].map((m) => [m[1], m[2]]));
+    return `${trailers["grpc-status"]} ${decodeURIComponent(String(trailers["grpc-message"]))}`;
+  }
+
+  it.each(jsonTypes)("refuses a field the API does not define (%s), as REST does", async (contentType) => {
+    const body = JSON.stringify({ type: "LINK_TYPE_PAYMENT", expire_in: 600, data: { amount: { value: "1000", currency: "USD" }, description: "typo" } });
+    const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CreateLink", body, await stack.merchantHeaders("client-json"));
+    expect(refusal).toMatch(contentType === "application/json" ? /^400 .*invalid_argument.*key \\"expire_in\\" is unknown/ : /^3 .*key "expire_in" is unknown/);
     expect((await api(stack, "GET", "/v1/links", { clientId: "client-json" })).body.data).toEqual([]);
+  });
+
+  // A card number or CVC sent with the wrong type must not come back in the
+  // error (connect's codec said "expected string, got 4242424242424242"), nor
+  // in V8's words for JSON it cannot parse: the caller logs what it is told.
+  it.each(
+    jsonTypes.flatMap((contentType) => [
+      [contentType, { number: 4242424242424242, exp_month: 12, exp_year: 2030, cvc: "123" }, "field paylink.v1.Card.number from JSON: expected string"],
+      [contentType, { number: "4242424242424242", exp_month: 12, exp_year: 2030, cvc: 987 }, "field paylink.v1.Card.cvc from JSON: expected string"],
+      [contentType, "4242424242424242 987", "message paylink.v1.Card from JSON: a value of the wrong type or form"],
+      [contentType, ["4242424242424242", "987"], "message paylink.v1.Card from JSON: a value of the wrong type or form"],
+    ] as const),
+  )("names the field and never the card's value (%s, card %j)", async (contentType, card, message) => {
+    const body = JSON.stringify({ link_id: "lnk-none", payment_method: "PAYMENT_METHOD_CARD", card });
+    const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CompletePayment", body, {});
+    expect(refusal).toContain(message);
+    expect(refusal).toMatch(contentType === "application/json" ? /^400 .*invalid_argument/ : /^3 /);
+    expect(refusal).not.toMatch(/4242|987/);
+  });
+
+  it.each(jsonTypes)("says where JSON it cannot parse goes wrong, not what it holds (%s)", async (contentType) => {
+    const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CompletePayment", "x4242424242424242", {});
+    expect(refusal).toContain("cannot decode message paylink.v1.CompletePaymentRequest from JSON: not valid JSON");
+    expect(refusal).not.toContain("4242");
+    const cut = await refusalOf(contentType, "/paylink.v1.LinkService/CompletePayment", '{"card": {"number": "4242424242424242",', {});
+    expect(cut).toMatch(/not valid JSON at position \d+/);
+    expect(cut).not.toContain("4242");
   });
 });
 

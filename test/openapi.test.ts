@@ -64,7 +64,7 @@ describe("/openapi.json", () => {
     }
   });
 
-  it("documents the headers a client acts on: Location, Retry-After, WWW-Authenticate", async () => {
+  it("documents the headers a client acts on: Location, Retry-After, WWW-Authenticate, Idempotent-Replayed", async () => {
     const doc = await (await fetch(`${stack.gatewayUrl}/openapi.json`)).json();
     const create = doc.paths["/v1/links"].post.responses;
     expect(Object.keys(create["201"].headers)).toEqual(["location", "idempotent-replayed"]);
@@ -74,7 +74,14 @@ describe("/openapi.json", () => {
         expect(Object.keys(operation.responses["503"]?.headers ?? {}), `${method} ${path} 503`).toContain("retry-after");
       }
     }
-    expect(Object.keys(doc.paths["/link/{id}/pay"].post.responses["429"].headers)).toEqual(["retry-after"]);
+    const pay = doc.paths["/link/{id}/pay"].post.responses;
+    expect(Object.keys(pay["429"].headers)).toEqual(["retry-after"]);
+    // A pay retried with its key answers the first payment again, marked as create's replays are; another payment with it, 422.
+    expect(Object.keys(pay["200"].headers)).toEqual(["idempotent-replayed"]);
+    expect(pay["422"].description).toMatch(/Idempotency-Key/);
+    for (const path of ["/v1/links/{id}/expire", "/v1/links/{id}/events/{eventId}/redeliver"]) {
+      expect(doc.paths[path].post.description, path).toMatch(/Takes no body.*ignored/);
+    }
   });
 
   it("passes a standard OpenAPI linter (redocly lint, recommended rules)", async () => {

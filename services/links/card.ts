@@ -4,7 +4,7 @@ import type { Clock } from "../shared/clock.js";
 import type { Card } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { invalid } from "../shared/rpc-errors.js";
 import type { CardInput } from "./processor.js";
-import { noNul } from "./validate.js";
+import { length, noNul } from "./validate.js";
 
 export function luhnValid(digits: string): boolean {
   let sum = 0;
@@ -56,6 +56,6 @@ export function validateCard(card: Card | undefined, clock: Clock): CardInput {
   }
   if (!/^\d{3,4}$/.test(card.cvc)) throw invalid("card.cvc must be 3 or 4 digits");
   if (card.name !== undefined) noNul("card.name", card.name);
-  if (card.name !== undefined && card.name.length > 200) throw invalid("card.name must be at most 200 characters");
+  if (card.name !== undefined && length(card.name) > 200) throw invalid("card.name must be at most 200 characters");
   return { number, expMonth: card.expMonth, expYear: year, cvc: card.cvc, name: card.name };
 }

@@ -26,6 +26,7 @@ import { createGrpcFastPath } from "./grpc-fast-path.js";
 import { BATCHES_PATH, createBatchStreams } from "./batch-stream.js";
 import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
+import { serviceRegistrar } from "./json-codec.js";
 import { createReflection } from "./reflection.js";
 import { settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
@@ -109,9 +110,6 @@ export async function startLinksServer(opts: LinksServerOptions) {
     beforeHandler: (ctx) => authenticateCall(authenticator, ctx.service, ctx.method, ctx.requestHeader, ctx.values, ctx.signal),
     fallback: connectNodeAdapter({
       readMaxBytes: MAX_MESSAGE_BYTES,
-      // A field the API does not define is refused, as over REST: a typo such
-      // as "expire_in" must not silently give a 12-hour link (connect drops them).
-      jsonOptions: { ignoreUnknownFields: false },
       // A binary field this release does not know (a client built from a newer
       // proto) is dropped on arrival, never echoed back in an answer as if it
       // had been kept (a create's answer is built from its request's data).
@@ -125,17 +123,20 @@ export async function startLinksServer(opts: LinksServerOptions) {
         authenticateCallers(authenticator),
       ],
       routes: (router) => {
-        router.service(LinkService, service);
-        router.service(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
-        router.service(LinkBatchService, batchStreams.impl);
-        router.service(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
-        router.service(Health, createHealthService(() => gate.run(() => ping(db)), served.map((s) => s.typeName)));
+        // A field the API does not define is refused, as over REST: a typo such
+        // as "expire_in" must not silently give a 12-hour link (connect drops them).
+        const serve = serviceRegistrar(router, { ignoreUnknownFields: false });
+        serve(LinkService, service);
+        serve(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
+        serve(LinkBatchService, batchStreams.impl);
+        serve(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
+        serve(Health, createHealthService(() => gate.run(() => ping(db)), served.map((s) => s.typeName)));
         // Streaming, so never on the fast path; open to any caller, as grpc's own is.
         // Error details travel in every error's grpc-status-details-bin; no served
         // service imports their file, so it is named here for clients to decode them.
         const reflection = createReflection(served, [file_google_rpc_error_details]);
-        router.service(ReflectionV1, reflection.v1);
-        router.service(ReflectionV1Alpha, reflection.v1alpha);
+        serve(ReflectionV1, reflection.v1);
+        serve(ReflectionV1Alpha, reflection.v1alpha);
       },
     }),
     readMaxBytes: MAX_MESSAGE_BYTES,

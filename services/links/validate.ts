@@ -157,7 +157,7 @@ export function validateListLinks(req: ListLinksRequest): ListQuery {
 
 
 /** Characters as a person counts them: code points, not UTF-16 units. */
-function length(value: string): number {
+export function length(value: string): number {
   let n = 0;
   for (const _ of value) n++;
   return n;
