@@ -19,7 +19,11 @@ export interface LeanTransportOptions {
   pingIntervalMs: number;
 }
 
-const { NGHTTP2_CANCEL } = http2.constants;
+const { NGHTTP2_CANCEL, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_REFUSED_STREAM } = http2.constants;
+// A stream refused so is a session that takes no new ones: Node answers
+// ENHANCE_YOUR_CALM to every new stream once a session passes its memory
+// limit, for as long as it lives.
+const SESSION_REFUSES = new Set([NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_REFUSED_STREAM]);
 // A call allowed longer than the contract's 2 s (pay: the processor's round
 // trip is inside it) cannot wait out its deadline to learn that the
 // LinkService hangs (frozen, or its event loop blocked): while one is open
@@ -64,6 +68,12 @@ export function createLeanGrpcTransport(
     return fresh;
   }
 
+  /** No new call goes to `spent`; its open streams (the stream of batches) finish on it. */
+  function retire(spent: http2.ClientHttp2Session) {
+    if (session === spent) session = undefined;
+    spent.close();
+  }
+
   function unary<I extends DescMessage, O extends DescMessage>(
     method: DescMethodUnary<I, O>,
     signal: AbortSignal | undefined,
@@ -82,8 +92,10 @@ export function createLeanGrpcTransport(
       if (closed) return reject(new ConnectError("the client is closed", Code.Unavailable));
       if (signal?.aborted) return reject(new ConnectError("the call was cancelled", Code.Canceled));
       let stream: http2.ClientHttp2Stream;
+      let owner: http2.ClientHttp2Session;
       try {
-        stream = currentSession().request({
+        owner = currentSession();
+        stream = owner.request({
           ...requestHeaders(header),
           ":method": "POST",
           ":path": `/${method.parent.typeName}/${method.name}`,
@@ -131,8 +143,10 @@ export function createLeanGrpcTransport(
       const onData = (chunk: Buffer) => chunks.push(chunk);
       const onTrailers = (t: http2.IncomingHttpHeaders) => (trailers = t);
       // A reset or lost connection: the call's outcome is unknown to us.
-      const onError = (err: Error) =>
+      const onError = (err: Error) => {
+        if (SESSION_REFUSES.has(stream.rstCode!)) retire(owner);
         finish(new ConnectError(`the LinkService call failed: ${err.message}`, Code.Unavailable, undefined, undefined, err));
+      };
       // A finished stream's JS object survives scavenges (Node's own HTTP/2
       // client, alone in a loop, moved about 3 KB per call into the old
       // generation). Listeners left on it kept this call's closures, and the

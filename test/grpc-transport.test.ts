@@ -80,6 +80,30 @@ describe("the lean gRPC transport", () => {
     close();
     expect([again?.code, again?.rawMessage]).toEqual([Code.NotFound, "Link not found"]);
   });
+
+  // Node's server answers every new stream so once a session has passed its
+  // memory limit, for as long as that session lives.
+  it.each([
+    ["ENHANCE_YOUR_CALM", http2.constants.NGHTTP2_ENHANCE_YOUR_CALM],
+    ["REFUSED_STREAM", http2.constants.NGHTTP2_REFUSED_STREAM],
+  ])("leaves a session that refuses its streams with %s for a new one", async (_name, code) => {
+    const sessions: http2.Http2Session[] = [];
+    const url = await serve((stream) => {
+      if (!sessions.includes(stream.session!)) sessions.push(stream.session!);
+      stream.on("error", () => {});
+      if (stream.session === sessions[0]) return stream.close(code);
+      stream.respond({ ":status": 200, "content-type": "application/grpc+proto" }, { waitForTrailers: true });
+      stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "5", "grpc-message": "Link%20not%20found" }));
+      stream.end();
+    });
+    const { links, close } = client(url, 5_000);
+    const refused = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    const again = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    close();
+    expect(httpErrorOf(refused)?.status).toBe(503);
+    expect([again?.code, again?.rawMessage]).toEqual([Code.NotFound, "Link not found"]);
+    expect(sessions).toHaveLength(2);
+  });
 });
 
 describe("a finished call's stream", () => {

@@ -27,6 +27,7 @@ import { BATCHES_PATH, createBatchStreams } from "./batch-stream.js";
 import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
 import { serviceRegistrar } from "./json-codec.js";
+import { retireSessionsThatStrandWrites } from "./stranded-writes.js";
 import { createReflection } from "./reflection.js";
 import { settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
@@ -167,6 +168,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     }
     runWithTrace(trace, () => handler(req, res));
   });
+  retireSessionsThatStrandWrites(server);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
     sessions.add(session);

@@ -1,9 +1,10 @@
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   type CreateLinkRequest,
   type CreateLinkResponse,
   CreateLinkResponseSchema,
+  LinkSchema,
   type LinkService,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Logger } from "../shared/logger.js";
@@ -40,6 +41,12 @@ export interface LinkServiceDeps {
 }
 
 const MAX_BATCH_ITEMS = 1000;
+/**
+ * A page stops short of its limit (has_more) before its answer passes this:
+ * gRPC clients refuse answers over 4 MiB unless told otherwise, and a page of
+ * 100 links with their 64 KiB of data each would be 6 MiB.
+ */
+export const MAX_LIST_ANSWER_BYTES = 4 * 1024 * 1024 - 64 * 1024;
 
 export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof LinkService> {
   const { db, clock, checkoutBaseUrl, batched } = deps;
@@ -134,10 +141,16 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       }
       const now = clock.now();
       const rows = await store.listLinks(db, { ...q, clientId, now });
-      return {
-        links: rows.slice(0, q.limit).map((row) => toLink(row, now, checkoutBaseUrl)),
-        hasMore: rows.length > q.limit,
-      };
+      const links = [];
+      let bytes = 0;
+      for (const row of rows.slice(0, q.limit)) {
+        const link = toLink(row, now, checkoutBaseUrl);
+        // Its field's tag and length take at most 4 bytes more (a link is under 2 MiB).
+        bytes += toBinary(LinkSchema, link).length + 4;
+        if (bytes > MAX_LIST_ANSWER_BYTES && links.length > 0) return { links, hasMore: true };
+        links.push(link);
+      }
+      return { links, hasMore: rows.length > q.limit };
     },
 
     async expireLink(req, ctx) {

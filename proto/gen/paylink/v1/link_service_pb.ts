@@ -359,7 +359,9 @@ export const GetLinkResponseSchema: GenMessage<GetLinkResponse> = /*@__PURE__*/
  */
 export type ListLinksRequest = Message<"paylink.v1.ListLinksRequest"> & {
   /**
-   * 1 to 100; 20 when absent.
+   * 1 to 100; 20 when absent. The most links the page holds: it stops
+   * short, with has_more, before its answer would pass 4 MiB (the most a
+   * gRPC client reads by default), as 100 links of 64 KiB of data would.
    *
    * @generated from field: optional int32 limit = 1;
    */
@@ -398,6 +400,8 @@ export type ListLinksResponse = Message<"paylink.v1.ListLinksResponse"> & {
   links: Link[];
 
   /**
+   * More links follow the last one: ask again with starting_after set to its id.
+   *
    * @generated from field: bool has_more = 2;
    */
   hasMore: boolean;
@@ -634,7 +638,9 @@ export const CompletePaymentResponseSchema: GenMessage<CompletePaymentResponse> 
  */
 export type BatchGetLinksRequest = Message<"paylink.v1.BatchGetLinksRequest"> & {
   /**
-   * At most 1000.
+   * At most 1000. The answer holds every link asked for, whatever its size:
+   * ask for fewer at once, or raise the client's maximum message size, when
+   * the links' data is large (up to 64 KiB each).
    *
    * @generated from field: repeated paylink.v1.BatchGetLinksRequest.Item items = 1;
    */
@@ -1438,8 +1444,12 @@ export const LinkService: GenService<{
     output: typeof BatchGetLinksResponseSchema;
   },
   /**
-   * The new links of one call commit together, in one transaction (group
-   * commit); an item with an idempotency_key keeps its single-call meaning.
+   * Each item is created as its own CreateLink would be: its link is
+   * committed once its result says so, in a multi-row insert it may share
+   * with other items and other calls (group commit). The items of one call
+   * are not all-or-nothing: a call that fails as a whole (UNAVAILABLE,
+   * DEADLINE_EXCEEDED) may have created some of them, so give each an
+   * idempotency_key, which keeps its single-call meaning, and retry.
    *
    * @generated from rpc paylink.v1.LinkService.BatchCreateLinks
    */
