@@ -11,6 +11,8 @@ import { WireType } from "@bufbuild/protobuf/wire";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { sql } from "drizzle-orm";
+import { pino } from "pino";
 import { v7 as uuidv7 } from "uuid";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
@@ -24,7 +26,7 @@ import {
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { grpcFrame } from "./support/grpc-frame.js";
-import { api, type Stack, startStack } from "./support/stack.js";
+import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
 beforeAll(async () => {
@@ -314,5 +316,49 @@ describe.each(transports)("connect-es over %s", (_protocol, transport) => {
       message: "Link has expired",
       reason: "LINK_EXPIRED",
     });
+  });
+});
+
+describe("a call its caller gives up on", () => {
+  // connect-es resets a call its own deadline ends with INTERNAL_ERROR (CANCEL
+  // only for a cancel), and connect reports that reset as Internal.
+  it.each([
+    ["INTERNAL_ERROR", http2.constants.NGHTTP2_INTERNAL_ERROR],
+    ["CANCEL", http2.constants.NGHTTP2_CANCEL],
+  ])("is no error in the LinkService's log (reset with %s)", async (_name, rstCode) => {
+    const lines: { level: number; msg: string }[] = [];
+    const logger = pino({ level: "info" }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const own = await startStack({ logger });
+    let release = () => {};
+    const released = new Promise<void>((r) => (release = r));
+    try {
+      const headers = await own.merchantHeaders("client-cancel");
+      const { status, body } = await api(own, "POST", "/v1/links", { clientId: "client-cancel", body: validLink() });
+      expect(status).toBe(201);
+      // The link's row stays locked, so the expire waits inside its handler until its caller gives up.
+      let locked = () => {};
+      const lockTaken = new Promise<void>((r) => (locked = r));
+      const holder = own.db.transaction(async (tx) => {
+        await tx.execute(sql`select 1 from links where id = ${body.id} for update`);
+        locked();
+        await released;
+      });
+      await Promise.race([lockTaken, holder]);
+      const session = http2.connect(own.linksUrl);
+      session.on("error", () => {});
+      const stream = session.request({ ":method": "POST", ":path": "/paylink.v1.LinkService/ExpireLink", "content-type": "application/json", ...headers });
+      stream.on("error", () => {});
+      stream.end(JSON.stringify({ id: body.id }));
+      await new Promise((r) => setTimeout(r, 200));
+      stream.close(rstCode);
+      await new Promise((r) => setTimeout(r, 200)); // the LinkService hears the reset
+      session.close();
+      release();
+      await holder;
+      expect(lines.filter((l) => l.level >= 50)).toEqual([]);
+    } finally {
+      release();
+      await own.close();
+    }
   });
 });
