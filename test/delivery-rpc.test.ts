@@ -319,6 +319,20 @@ describe("the internal DeliveryService", () => {
     expect(again).toMatchObject({ action: StartAttemptAction.DELIVER, attempt: 1 });
   });
 
+  it("takes a claim back with ReleaseAttempt: the next copy delivers at once, in the same place, and a stranger's token changes nothing", async () => {
+    const receiver = await startReceiver(() => 200);
+    receivers.push(receiver);
+    const { deliveries, attempt } = await paidEvent("release-client", { webhook: receiver.url });
+    const first = await deliveries.startAttempt(attempt);
+    expect(first).toMatchObject({ action: StartAttemptAction.DELIVER, attempt: 1 });
+    await deliveries.releaseAttempt({ eventId: attempt.eventId, leaseToken: "not-the-lease" });
+    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.WAIT);
+    await deliveries.releaseAttempt({ eventId: attempt.eventId, leaseToken: first.leaseToken });
+    const next = await deliveries.startAttempt(attempt);
+    expect(next).toMatchObject({ action: StartAttemptAction.DELIVER, attempt: 1 });
+    expect(next.leaseToken).not.toBe(first.leaseToken);
+  });
+
   it("stores any error text RecordAttempt is given: control characters replaced, the length capped", async () => {
     const { deliveries, eventId, attempt, eventNow } = await paidEvent("nul-record-client");
     const start = await deliveries.startAttempt(attempt);

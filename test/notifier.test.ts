@@ -208,6 +208,37 @@ describe("answers and retries", () => {
   });
 });
 
+describe("a receiver that hangs", () => {
+  it("takes only its share of the attempt slots: another merchant's webhook is delivered meanwhile, and the put-off ones later", async () => {
+    const { receiver, webhooks, notifier: startOne } = await startDeliveryStack(env, cleanups, { retrySchedule: SCHEDULE });
+    // Reads each request and never answers, so each attempt lasts the whole delivery timeout.
+    let open = 0;
+    let most = 0;
+    const hanging = http.createServer((req) => {
+      most = Math.max(most, ++open);
+      req.resume();
+      req.socket.once("close", () => open--);
+    });
+    await new Promise<void>((r) => hanging.listen(0, "127.0.0.1", r));
+    cleanups.push(() => new Promise<void>((r) => { hanging.closeAllConnections(); hanging.close(() => r()); }));
+    const hangingUrl = `http://127.0.0.1:${(hanging.address() as AddressInfo).port}/hook`;
+    // 4 slots, so 1 per receiver; the hanging receiver's attempts end after 4 s.
+    const own = await startOne({ concurrency: 4, deliveryTimeoutMs: 4_000 });
+    for (let i = 0; i < 6; i++) await webhooks.pay({ webhook: hangingUrl });
+    await waitFor(() => open > 0);
+    await new Promise((r) => setTimeout(r, 300)); // the other five are handed out meanwhile
+    const paid = await webhooks.pay({ webhook: receiver.url });
+    await waitFor(() => receiver.byLink(paid.linkId).length === 1);
+    // Delivered while the first hanging attempt still waits for its answer.
+    expect(own.metrics.counts.failed_attempt).toBe(0);
+    expect(most).toBe(1);
+    expect(own.metrics.counts.deferred).toBeGreaterThan(0);
+    // The put-off events were not dropped and spent no attempt: each gets its first one in turn.
+    await waitFor(() => own.metrics.counts.failed_attempt >= 2, 15_000);
+    expect(most).toBe(1);
+  }, 30_000);
+});
+
 describe("health", () => {
   it("answers healthz, readyz and metrics", async () => {
     const { notifier } = await setup();

@@ -227,5 +227,9 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     async recordAttempt(req) {
       return { failed: await db.transaction((tx) => record(tx, req)) };
     },
+    async releaseAttempt(req) {
+      if (isEventId(req.eventId)) await db.transaction((tx) => release(tx, req.eventId, req.leaseToken));
+      return {};
+    },
   };
 }

@@ -20,6 +20,7 @@ import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js
 import { storableAttemptError } from "../shared/attempt-error.js";
 import type { Logger } from "../shared/logger.js";
 import type { Deliverer, Outcome } from "./deliver.js";
+import type { HostSlots } from "./host-slots.js";
 import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
 import { startSpan } from "../shared/telemetry.js";
@@ -40,7 +41,12 @@ export interface HandlerDeps {
   recordForMs?: number;
   /** Makes the dead-letter stream again if it is gone (an operator deleted it, a NATS restart without its store). */
   ensureDeadLetterStream?: () => Promise<void>;
+  /** Attempts in flight per receiver; none: no limit. */
+  hostSlots?: HostSlots;
 }
+
+/** How long an attempt put off for its receiver's busy host waits before it is tried again. */
+export const DEFER_MS = 5_000;
 
 /** ±10 %: receivers that failed together should not be retried together. */
 const JITTER = 0.1;
@@ -145,16 +151,30 @@ export function createHandler(deps: HandlerDeps) {
       return;
     }
 
+    const slot = deps.hostSlots ? deps.hostSlots.take(start.webhookUrl) : "";
+    if (slot === undefined) {
+      // Its receiver has its share of attempts running (a slow or hanging
+      // endpoint): this one is put off, counting for nothing, and the claim
+      // given back so that the copy need not wait the lease out.
+      await deliveries
+        .releaseAttempt({ eventId: event.id, leaseToken: start.leaseToken }, { timeoutMs: 5000 })
+        .catch((err: unknown) => log.warn({ err }, "cannot give the claim back; the next copy waits for its lease"));
+      metrics.inc("deferred");
+      msg.nak(Math.round(DEFER_MS * (1 - JITTER + 2 * JITTER * random())));
+      return;
+    }
     const attempt = start.attempt;
     const at = new Date();
-    const outcome = await deliverer.deliver({
-      url: start.webhookUrl,
-      id: event.id,
-      apiKey: start.apiKey,
-      linkId: event.linkId,
-      paymentId,
-      transactionId: start.transactionId || transactionId,
-    });
+    const outcome = await deliverer
+      .deliver({
+        url: start.webhookUrl,
+        id: event.id,
+        apiKey: start.apiKey,
+        linkId: event.linkId,
+        paymentId,
+        transactionId: start.transactionId || transactionId,
+      })
+      .finally(() => slot && deps.hostSlots?.give(slot));
     const result = create(RecordAttemptRequestSchema, {
       eventId: event.id,
       leaseToken: start.leaseToken,

@@ -4,7 +4,7 @@
 import { Counter, Histogram, type Registry } from "prom-client";
 import { createRegistry, natsConnectedGauge } from "../shared/metrics.js";
 
-export const OUTCOMES = ["delivered", "gone", "failed_attempt", "dead_lettered", "refused", "skipped"] as const;
+export const OUTCOMES = ["delivered", "gone", "failed_attempt", "dead_lettered", "refused", "skipped", "deferred"] as const;
 export type Counted = (typeof OUTCOMES)[number];
 /** What one POST to a webhook came to. */
 export type AttemptOutcome = "delivered" | "gone" | "failed" | "refused";

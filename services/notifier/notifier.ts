@@ -11,6 +11,7 @@ import type { Logger } from "../shared/logger.js";
 import { addressPolicy } from "./address-policy.js";
 import { createDeliverer } from "./deliver.js";
 import { createHandler } from "./handle.js";
+import { createHostSlots } from "./host-slots.js";
 import { serveHealth } from "./health.js";
 import {
   connectForever,
@@ -42,6 +43,8 @@ export interface NotifierOptions {
   topology?: Partial<Topology>;
   /** Attempts in flight at once per copy. */
   concurrency?: number;
+  /** Of those, the most to one receiver (scheme, host and port); the rest are put off. */
+  perHostConcurrency?: number;
   deliveryTimeoutMs?: number;
   reconnectWaitMs?: number;
   /**
@@ -65,6 +68,9 @@ export async function startNotifier(opts: NotifierOptions) {
     ...(opts.consumerName ? { consumer: opts.consumerName } : {}),
   };
   const concurrency = opts.concurrency ?? 64;
+  // A quarter of the slots: a receiver that hangs every attempt for the whole
+  // delivery timeout leaves the other three quarters to everyone else.
+  const hostSlots = createHostSlots(opts.perHostConcurrency ?? Math.max(1, Math.floor(concurrency / 4)));
   const metrics = createMetrics();
   const deliverer = createDeliverer({ policy: addressPolicy(opts.env), timeoutMs: opts.deliveryTimeoutMs });
   const authorization = opts.internalToken ? { authorization: `Bearer ${opts.internalToken}` } : undefined;
@@ -123,6 +129,7 @@ export async function startNotifier(opts: NotifierOptions) {
       metrics,
       logger,
       ensureDeadLetterStream: async () => ensureDeadLetterStream(await conn.jetstreamManager(), topology),
+      hostSlots,
     });
     for (;;) {
       try {

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file paylink/internal/v1/delivery_service.proto.
  */
 export const file_paylink_internal_v1_delivery_service: GenFile = /*@__PURE__*/
-  fileDesc("CipwYXlsaW5rL2ludGVybmFsL3YxL2RlbGl2ZXJ5X3NlcnZpY2UucHJvdG8SE3BheWxpbmsuaW50ZXJuYWwudjEiYAoTU3RhcnRBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRIPCgdsaW5rX2lkGAIgASgJEhIKCnBheW1lbnRfaWQYAyABKAkSEgoKZ2VuZXJhdGlvbhgEIAEoDSLYAQoUU3RhcnRBdHRlbXB0UmVzcG9uc2USNwoGYWN0aW9uGAEgASgOMicucGF5bGluay5pbnRlcm5hbC52MS5TdGFydEF0dGVtcHRBY3Rpb24SDgoGcmVhc29uGAIgASgJEhMKC3dlYmhvb2tfdXJsGAMgASgJEg8KB2FwaV9rZXkYBCABKAkSFgoOdHJhbnNhY3Rpb25faWQYBSABKAkSDwoHYXR0ZW1wdBgGIAEoDRITCgtsZWFzZV90b2tlbhgHIAEoCRITCgtyZXRyeV9pbl9tcxgIIAEoDSKhAgoUUmVjb3JkQXR0ZW1wdFJlcXVlc3QSEAoIZXZlbnRfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEgoKZ2VuZXJhdGlvbhgDIAEoDRImCgJhdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZHVyYXRpb25fbXMYBSABKA0SGAoLc3RhdHVzX2NvZGUYBiABKAVIAIgBARISCgVlcnJvchgHIAEoCUgBiAEBEjQKB291dGNvbWUYCCABKA4yIy5wYXlsaW5rLmludGVybmFsLnYxLkF0dGVtcHRPdXRjb21lEhMKC3JldHJ5X2luX21zGAkgASgNQg4KDF9zdGF0dXNfY29kZUIICgZfZXJyb3IiNwoVUmVjb3JkQXR0ZW1wdFJlc3BvbnNlEhMKBmZhaWxlZBgBIAEoCEgAiAEBQgkKB19mYWlsZWQqmgEKElN0YXJ0QXR0ZW1wdEFjdGlvbhIkCiBTVEFSVF9BVFRFTVBUX0FDVElPTl9VTlNQRUNJRklFRBAAEiAKHFNUQVJUX0FUVEVNUFRfQUNUSU9OX0RFTElWRVIQARIdChlTVEFSVF9BVFRFTVBUX0FDVElPTl9TS0lQEAISHQoZU1RBUlRfQVRURU1QVF9BQ1RJT05fV0FJVBADKqEBCg5BdHRlbXB0T3V0Y29tZRIfChtBVFRFTVBUX09VVENPTUVfVU5TUEVDSUZJRUQQABIdChlBVFRFTVBUX09VVENPTUVfREVMSVZFUkVEEAESGAoUQVRURU1QVF9PVVRDT01FX0dPTkUQAhIZChVBVFRFTVBUX09VVENPTUVfUkVUUlkQAxIaChZBVFRFTVBUX09VVENPTUVfRkFJTEVEEAQy3gEKD0RlbGl2ZXJ5U2VydmljZRJjCgxTdGFydEF0dGVtcHQSKC5wYXlsaW5rLmludGVybmFsLnYxLlN0YXJ0QXR0ZW1wdFJlcXVlc3QaKS5wYXlsaW5rLmludGVybmFsLnYxLlN0YXJ0QXR0ZW1wdFJlc3BvbnNlEmYKDVJlY29yZEF0dGVtcHQSKS5wYXlsaW5rLmludGVybmFsLnYxLlJlY29yZEF0dGVtcHRSZXF1ZXN0GioucGF5bGluay5pbnRlcm5hbC52MS5SZWNvcmRBdHRlbXB0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("CipwYXlsaW5rL2ludGVybmFsL3YxL2RlbGl2ZXJ5X3NlcnZpY2UucHJvdG8SE3BheWxpbmsuaW50ZXJuYWwudjEiYAoTU3RhcnRBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRIPCgdsaW5rX2lkGAIgASgJEhIKCnBheW1lbnRfaWQYAyABKAkSEgoKZ2VuZXJhdGlvbhgEIAEoDSLYAQoUU3RhcnRBdHRlbXB0UmVzcG9uc2USNwoGYWN0aW9uGAEgASgOMicucGF5bGluay5pbnRlcm5hbC52MS5TdGFydEF0dGVtcHRBY3Rpb24SDgoGcmVhc29uGAIgASgJEhMKC3dlYmhvb2tfdXJsGAMgASgJEg8KB2FwaV9rZXkYBCABKAkSFgoOdHJhbnNhY3Rpb25faWQYBSABKAkSDwoHYXR0ZW1wdBgGIAEoDRITCgtsZWFzZV90b2tlbhgHIAEoCRITCgtyZXRyeV9pbl9tcxgIIAEoDSKhAgoUUmVjb3JkQXR0ZW1wdFJlcXVlc3QSEAoIZXZlbnRfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEgoKZ2VuZXJhdGlvbhgDIAEoDRImCgJhdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZHVyYXRpb25fbXMYBSABKA0SGAoLc3RhdHVzX2NvZGUYBiABKAVIAIgBARISCgVlcnJvchgHIAEoCUgBiAEBEjQKB291dGNvbWUYCCABKA4yIy5wYXlsaW5rLmludGVybmFsLnYxLkF0dGVtcHRPdXRjb21lEhMKC3JldHJ5X2luX21zGAkgASgNQg4KDF9zdGF0dXNfY29kZUIICgZfZXJyb3IiNwoVUmVjb3JkQXR0ZW1wdFJlc3BvbnNlEhMKBmZhaWxlZBgBIAEoCEgAiAEBQgkKB19mYWlsZWQiPgoVUmVsZWFzZUF0dGVtcHRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJIhgKFlJlbGVhc2VBdHRlbXB0UmVzcG9uc2UqmgEKElN0YXJ0QXR0ZW1wdEFjdGlvbhIkCiBTVEFSVF9BVFRFTVBUX0FDVElPTl9VTlNQRUNJRklFRBAAEiAKHFNUQVJUX0FUVEVNUFRfQUNUSU9OX0RFTElWRVIQARIdChlTVEFSVF9BVFRFTVBUX0FDVElPTl9TS0lQEAISHQoZU1RBUlRfQVRURU1QVF9BQ1RJT05fV0FJVBADKqEBCg5BdHRlbXB0T3V0Y29tZRIfChtBVFRFTVBUX09VVENPTUVfVU5TUEVDSUZJRUQQABIdChlBVFRFTVBUX09VVENPTUVfREVMSVZFUkVEEAESGAoUQVRURU1QVF9PVVRDT01FX0dPTkUQAhIZChVBVFRFTVBUX09VVENPTUVfUkVUUlkQAxIaChZBVFRFTVBUX09VVENPTUVfRkFJTEVEEAQyyQIKD0RlbGl2ZXJ5U2VydmljZRJjCgxTdGFydEF0dGVtcHQSKC5wYXlsaW5rLmludGVybmFsLnYxLlN0YXJ0QXR0ZW1wdFJlcXVlc3QaKS5wYXlsaW5rLmludGVybmFsLnYxLlN0YXJ0QXR0ZW1wdFJlc3BvbnNlEmYKDVJlY29yZEF0dGVtcHQSKS5wYXlsaW5rLmludGVybmFsLnYxLlJlY29yZEF0dGVtcHRSZXF1ZXN0GioucGF5bGluay5pbnRlcm5hbC52MS5SZWNvcmRBdHRlbXB0UmVzcG9uc2USaQoOUmVsZWFzZUF0dGVtcHQSKi5wYXlsaW5rLmludGVybmFsLnYxLlJlbGVhc2VBdHRlbXB0UmVxdWVzdBorLnBheWxpbmsuaW50ZXJuYWwudjEuUmVsZWFzZUF0dGVtcHRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message paylink.internal.v1.StartAttemptRequest
@@ -198,6 +198,43 @@ export const RecordAttemptResponseSchema: GenMessage<RecordAttemptResponse> = /*
   messageDesc(file_paylink_internal_v1_delivery_service, 3);
 
 /**
+ * @generated from message paylink.internal.v1.ReleaseAttemptRequest
+ */
+export type ReleaseAttemptRequest = Message<"paylink.internal.v1.ReleaseAttemptRequest"> & {
+  /**
+   * @generated from field: string event_id = 1;
+   */
+  eventId: string;
+
+  /**
+   * StartAttemptResponse.lease_token of the claim given back.
+   *
+   * @generated from field: string lease_token = 2;
+   */
+  leaseToken: string;
+};
+
+/**
+ * Describes the message paylink.internal.v1.ReleaseAttemptRequest.
+ * Use `create(ReleaseAttemptRequestSchema)` to create a new message.
+ */
+export const ReleaseAttemptRequestSchema: GenMessage<ReleaseAttemptRequest> = /*@__PURE__*/
+  messageDesc(file_paylink_internal_v1_delivery_service, 4);
+
+/**
+ * @generated from message paylink.internal.v1.ReleaseAttemptResponse
+ */
+export type ReleaseAttemptResponse = Message<"paylink.internal.v1.ReleaseAttemptResponse"> & {
+};
+
+/**
+ * Describes the message paylink.internal.v1.ReleaseAttemptResponse.
+ * Use `create(ReleaseAttemptResponseSchema)` to create a new message.
+ */
+export const ReleaseAttemptResponseSchema: GenMessage<ReleaseAttemptResponse> = /*@__PURE__*/
+  messageDesc(file_paylink_internal_v1_delivery_service, 5);
+
+/**
  * @generated from enum paylink.internal.v1.StartAttemptAction
  */
 export enum StartAttemptAction {
@@ -312,6 +349,20 @@ export const DeliveryService: GenService<{
     methodKind: "unary";
     input: typeof RecordAttemptRequestSchema;
     output: typeof RecordAttemptResponseSchema;
+  },
+  /**
+   * Gives back a claim no attempt was made under (the notifier put the
+   * attempt off: its receiver's host already had its share of attempts
+   * running), so the next copy of the event need not wait the lease out.
+   * The attempt counts for nothing. A lease that has lapsed, and been claimed
+   * again since, is left alone.
+   *
+   * @generated from rpc paylink.internal.v1.DeliveryService.ReleaseAttempt
+   */
+  releaseAttempt: {
+    methodKind: "unary";
+    input: typeof ReleaseAttemptRequestSchema;
+    output: typeof ReleaseAttemptResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_paylink_internal_v1_delivery_service, 0);
