@@ -24,6 +24,8 @@ const { NGHTTP2_CANCEL, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_REFUSED_STREAM } = ht
 // ENHANCE_YOUR_CALM to every new stream once a session passes its memory
 // limit, for as long as it lives.
 const SESSION_REFUSES = new Set([NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_REFUSED_STREAM]);
+/** Failures of calls the LinkService never read. */
+const unread = new WeakSet<ConnectError>();
 // A call allowed longer than the contract's 2 s (pay: the processor's round
 // trip is inside it) cannot wait out its deadline to learn that the
 // LinkService hangs (frozen, or its event loop blocked): while one is open
@@ -87,7 +89,24 @@ export function createLeanGrpcTransport(
     frame.writeUInt32BE(body.length, 1);
     frame.set(body, 5);
     const deadline = timeoutMs ?? options.defaultTimeoutMs;
+    const started = Date.now();
+    // A call its session refused was never read, so it goes once more, on a
+    // fresh session, within what is left of its deadline: a session the
+    // LinkService sends away (GOAWAY) fails none of the calls racing it.
+    return send(method, signal, deadline, header, frame).catch((err: unknown) => {
+      const left = deadline - (Date.now() - started);
+      if (!(err instanceof ConnectError && unread.has(err)) || left <= 0) throw err;
+      return send(method, signal, left, header, frame);
+    });
+  }
 
+  function send<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodUnary<I, O>,
+    signal: AbortSignal | undefined,
+    deadline: number,
+    header: HeadersInit | undefined,
+    frame: Buffer,
+  ): Promise<UnaryResponse<I, O>> {
     return new Promise((resolve, reject) => {
       if (closed) return reject(new ConnectError("the client is closed", Code.Unavailable));
       if (signal?.aborted) return reject(new ConnectError("the call was cancelled", Code.Canceled));
@@ -144,8 +163,13 @@ export function createLeanGrpcTransport(
       const onTrailers = (t: http2.IncomingHttpHeaders) => (trailers = t);
       // A reset or lost connection: the call's outcome is unknown to us.
       const onError = (err: Error) => {
-        if (SESSION_REFUSES.has(stream.rstCode!)) retire(owner);
-        finish(new ConnectError(`the LinkService call failed: ${err.message}`, Code.Unavailable, undefined, undefined, err));
+        const error = new ConnectError(`the LinkService call failed: ${err.message}`, Code.Unavailable, undefined, undefined, err);
+        if (SESSION_REFUSES.has(stream.rstCode!)) {
+          retire(owner);
+          // Refused before any answer: HTTP/2 says such a stream was not processed.
+          if (status === 0) unread.add(error);
+        }
+        finish(error);
       };
       // A finished stream's JS object survives scavenges (Node's own HTTP/2
       // client, alone in a loop, moved about 3 KB per call into the old

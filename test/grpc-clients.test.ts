@@ -80,6 +80,8 @@ describe("JSON over the Connect protocol, gRPC and gRPC-Web", () => {
       [contentType, { number: 4242424242424242, exp_month: 12, exp_year: 2030, cvc: "123" }, "field paylink.v1.Card.number from JSON: expected string"],
       [contentType, { number: "4242424242424242", exp_month: 12, exp_year: 2030, cvc: 987 }, "field paylink.v1.Card.cvc from JSON: expected string"],
       [contentType, "4242424242424242 987", "message paylink.v1.Card from JSON: a value of the wrong type or form"],
+      [contentType, { number: "4000000000000002", exp_month: 4242424242424242, exp_year: 2030, cvc: "123" }, "field paylink.v1.Card.exp_month from JSON: expected number (int32)"],
+      [contentType, { number: "4000000000000002", exp_month: 12, exp_year: "4242424242424242", cvc: "987" }, "field paylink.v1.Card.exp_year from JSON: expected number (int32)"],
       [contentType, ["4242424242424242", "987"], "message paylink.v1.Card from JSON: a value of the wrong type or form"],
     ] as const),
   )("names the field and never the card's value (%s, card %j)", async (contentType, card, message) => {

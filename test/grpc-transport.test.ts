@@ -86,7 +86,7 @@ describe("the lean gRPC transport", () => {
   it.each([
     ["ENHANCE_YOUR_CALM", http2.constants.NGHTTP2_ENHANCE_YOUR_CALM],
     ["REFUSED_STREAM", http2.constants.NGHTTP2_REFUSED_STREAM],
-  ])("leaves a session that refuses its streams with %s for a new one", async (_name, code) => {
+  ])("leaves a session that refuses its streams with %s for a new one, and sends the refused call again there", async (_name, code) => {
     const sessions: http2.Http2Session[] = [];
     const url = await serve((stream) => {
       if (!sessions.includes(stream.session!)) sessions.push(stream.session!);
@@ -97,12 +97,27 @@ describe("the lean gRPC transport", () => {
       stream.end();
     });
     const { links, close } = client(url, 5_000);
-    const refused = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    const first = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
     const again = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
     close();
-    expect(httpErrorOf(refused)?.status).toBe(503);
+    // The refused stream was never read: the call went again, on the new session, and got its own answer.
+    expect([first?.code, first?.rawMessage]).toEqual([Code.NotFound, "Link not found"]);
     expect([again?.code, again?.rawMessage]).toEqual([Code.NotFound, "Link not found"]);
     expect(sessions).toHaveLength(2);
+  });
+
+  it("sends a refused call again only once: a LinkService that refuses every session is a 503", async () => {
+    let streams = 0;
+    const url = await serve((stream) => {
+      streams++;
+      stream.on("error", () => {});
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    });
+    const { links, close } = client(url, 5_000);
+    const err = await failure(links.getLink({ id: "x" }, { headers: { "client-id": "a" } }));
+    close();
+    expect(httpErrorOf(err)?.status).toBe(503);
+    expect(streams).toBe(2);
   });
 });
 

@@ -24,10 +24,10 @@ export function errorBoundary(logger: Logger): Interceptor {
   };
 }
 
-/** The boundary for one error: a batch applies it to each item's. */
 /** An error a handler meant to send. */
 const isMeant = (err: unknown): err is ConnectError => err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown;
 
+/** The boundary for one error: a batch applies it to each item's. */
 export function toRpcError(err: unknown, logger: Logger, procedure: string): ConnectError {
   if (isMeant(err)) return err;
   // PostgreSQL down, restarting or cut off: not our fault, and worth a retry.

@@ -12,9 +12,9 @@ import { Code, type ConnectRouter, ConnectError, type ServiceImpl } from "@conne
 import { invalid } from "../shared/rpc-errors.js";
 
 /**
- * What `router.service` does, as a function of the service and its
- * implementation, registering each method with a JSON decoder that never
- * echoes a value.
+ * What `router.service` does (unimplemented methods included), as a function
+ * of the service and its implementation, but method by method: connect takes
+ * JSON options per route, and a method's decoder must know its input.
  */
 export function serviceRegistrar(router: ConnectRouter, readOptions: Partial<JsonReadOptions>) {
   return <S extends DescService>(service: S, impl: Partial<ServiceImpl<S>>) => {
@@ -47,8 +47,9 @@ function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>
 /** What protobuf-es's decoding error says, less any value the request held. */
 export function decodeFailure(err: unknown): string {
   const cause = err instanceof Error ? err.cause : undefined;
-  // "expected string, got 4242…", "list item #2: expected int32, got …": what was expected, not what came.
-  if (isFieldError(cause)) return `cannot decode ${String(cause.field())} from JSON: ${cause.message.replace(/, got [^]*$/, "")}`;
+  // "expected string, got 4242…", "expected number (int32): 4242… out of range", "list item #2: expected
+  // int32, got …": what was expected, not what came.
+  if (isFieldError(cause)) return `cannot decode ${String(cause.field())} from JSON: ${cause.message.replace(/(expected [^,:]*)[,:][^]*$/, "$1")}`;
   const message = err instanceof Error ? err.message : "";
   const subject = /^cannot decode ((?:message |field |enum )?[\w.]+) from JSON/.exec(message)?.[1] ?? "the request";
   // A key named in the request (one the API does not define, or one sent twice) is the caller's to find.

@@ -20,7 +20,7 @@ import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js
 import { storableAttemptError } from "../shared/attempt-error.js";
 import type { Logger } from "../shared/logger.js";
 import type { Deliverer, Outcome } from "./deliver.js";
-import type { HostSlots } from "./host-slots.js";
+import { type HostSlots, UNLIMITED } from "./host-slots.js";
 import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
 import { startSpan } from "../shared/telemetry.js";
@@ -45,8 +45,13 @@ export interface HandlerDeps {
   hostSlots?: HostSlots;
 }
 
-/** How long an attempt put off for its receiver's busy host waits before it is tried again. */
+/**
+ * How long an attempt put off for its receiver's busy host waits before it is
+ * tried again, times the copy's redeliveries up to DEFER_MAX_MS: each try costs
+ * two small transactions, so a long backlog for one receiver stays cheap.
+ */
 export const DEFER_MS = 5_000;
+const DEFER_MAX_MS = 30_000;
 
 /** ±10 %: receivers that failed together should not be retried together. */
 const JITTER = 0.1;
@@ -56,6 +61,7 @@ export function createHandler(deps: HandlerDeps) {
   const { js, deliverer, deliveries, topology, retrySchedule, metrics, logger } = deps;
   const random = deps.random ?? Math.random;
   const recordForMs = deps.recordForMs ?? 20_000;
+  const hostSlots = deps.hostSlots ?? UNLIMITED;
 
   /** `lastError` goes into the stream, so it must name no webhook address: an Outcome's category, not its error. */
   async function deadLetter(msg: JsMsg, eventId: string, msgId: string, body: Uint8Array, attempts: number, lastError: string, detail = lastError) {
@@ -97,6 +103,20 @@ export function createHandler(deps: HandlerDeps) {
       (err) => logger.warn({ err, eventId: req.eventId }, "cannot record the attempt yet; retrying"),
     );
     return res.failed;
+  }
+
+  /**
+   * The event's receiver has its share of attempts running (a slow or hanging
+   * endpoint): this one is put off, counting for nothing, and its claim given
+   * back so that the copy need not wait the lease out.
+   */
+  async function putOff(msg: JsMsg, eventId: string, leaseToken: string, log: Logger): Promise<void> {
+    await deliveries
+      .releaseAttempt({ eventId, leaseToken }, { timeoutMs: 5000 })
+      .catch((err: unknown) => log.warn({ err }, "cannot give the claim back; the next copy waits for its lease"));
+    metrics.inc("deferred");
+    const wait = Math.min(DEFER_MAX_MS, DEFER_MS * Math.max(1, msg.info.redeliveryCount));
+    msg.nak(Math.round(wait * (1 - JITTER + 2 * JITTER * random())));
   }
 
   /** Each event is handled in its request's trace (NATS headers X-Request-Id, traceparent): its log lines carry them. */
@@ -151,18 +171,8 @@ export function createHandler(deps: HandlerDeps) {
       return;
     }
 
-    const slot = deps.hostSlots ? deps.hostSlots.take(start.webhookUrl) : "";
-    if (slot === undefined) {
-      // Its receiver has its share of attempts running (a slow or hanging
-      // endpoint): this one is put off, counting for nothing, and the claim
-      // given back so that the copy need not wait the lease out.
-      await deliveries
-        .releaseAttempt({ eventId: event.id, leaseToken: start.leaseToken }, { timeoutMs: 5000 })
-        .catch((err: unknown) => log.warn({ err }, "cannot give the claim back; the next copy waits for its lease"));
-      metrics.inc("deferred");
-      msg.nak(Math.round(DEFER_MS * (1 - JITTER + 2 * JITTER * random())));
-      return;
-    }
+    const slot = hostSlots.take(start.webhookUrl);
+    if (slot === undefined) return putOff(msg, event.id, start.leaseToken, log);
     const attempt = start.attempt;
     const at = new Date();
     const outcome = await deliverer
@@ -174,7 +184,7 @@ export function createHandler(deps: HandlerDeps) {
         paymentId,
         transactionId: start.transactionId || transactionId,
       })
-      .finally(() => slot && deps.hostSlots?.give(slot));
+      .finally(() => hostSlots.give(slot));
     const result = create(RecordAttemptRequestSchema, {
       eventId: event.id,
       leaseToken: start.leaseToken,

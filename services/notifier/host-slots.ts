@@ -7,7 +7,7 @@
 export function createHostSlots(perHost: number) {
   const running = new Map<string, number>();
   return {
-    /** Takes a slot for `url`'s receiver; false when it has `perHost` attempts running already. */
+    /** Takes a slot for `url`'s receiver, and answers its key for give(); undefined when it has `perHost` running already. */
     take(url: string): string | undefined {
       const host = receiverOf(url);
       const n = running.get(host) ?? 0;
@@ -24,6 +24,9 @@ export function createHostSlots(perHost: number) {
 }
 
 export type HostSlots = ReturnType<typeof createHostSlots>;
+
+/** No limit per receiver. */
+export const UNLIMITED: HostSlots = { take: (url) => url, give: () => {} };
 
 function receiverOf(url: string): string {
   try {
