@@ -20,8 +20,11 @@ const DRIVER_CODES = new Set([
 ]);
 
 // SQLSTATEs: class 08 (connection exception), the server shutting down or
-// starting (57P01-57P03), and a statement cut by statement_timeout (57014).
-const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53300)$/;
+// starting (57P01-57P03), a statement cut by statement_timeout (57014),
+// class 53 (insufficient resources: a full disk, out of memory, too many
+// connections), and a server that cannot write (25006: a standby after a
+// failover, or a database made read-only).
+const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53...|25006)$/;
 
 /** PostgreSQL gave no answer in time: as unreachable as a refused connection. */
 export class DatabaseTimeout extends Error {
