@@ -4,6 +4,7 @@
 // (a fixed window of 2N per 2 windows would admit 4N across its boundary).
 import rateLimit from "@fastify/rate-limit";
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { bearerSecret } from "../services/shared/bearer.js";
 import type { AuthMode, RateLimit } from "../services/shared/config.js";
 
 /** Registers the limiter on `app` itself, before the routes that name a limit. */
@@ -12,9 +13,11 @@ export function registerRateLimits(app: FastifyInstance): void {
     global: false,
     store: TokenBuckets,
     // The limiter sets Retry-After (seconds); the body is the contract's.
-    errorResponseBuilder: () => Object.assign(new Error("Too many requests"), { statusCode: 429 }),
+    errorResponseBuilder: tooManyRequests,
   });
 }
+
+const tooManyRequests = () => Object.assign(new Error("Too many requests"), { statusCode: 429 });
 
 /**
  * A route's `config.rateLimit`, or nothing when the limit is off. Every route
@@ -37,30 +40,48 @@ export function limitFor(budget: string, limit: RateLimit | undefined, keyGenera
  * under its Client-Id and the key it came with until that key has been
  * answered with a 2xx for that client in this copy; from then on, under the
  * client's one budget (the bucket of the first key it proved), which all its
- * proven keys share. A 401 for a key takes it back out.
+ * proven keys share. A 401 for a key takes it back out. Keys are told apart
+ * by their secret, as the LinkService reads it (`bearer` is `Bearer`). And
+ * since each made-up key would cost the LinkService a lookup in PostgreSQL,
+ * requests with keys not yet proven are also limited by their source
+ * address, all such keys from there drawing on one budget of the same size.
  */
-export function clientLimits(mode: AuthMode) {
+export function clientLimits(mode: AuthMode, limit: RateLimit | undefined) {
   if (mode === "client-id") return { key: clientOf, register: () => {} };
-  // A proven key as sent -> its client's bucket, and a client -> its bucket; least recently used first.
+  // A proven key's secret -> its client's bucket, and a client -> its bucket; least recently used first.
   const proven = new Map<string, string>();
   const shared = new Map<string, string>();
-  const ownBucket = (req: FastifyRequest) => `${clientOf(req)}\n${req.headers.authorization ?? ""}`;
+  const keyOf = (req: FastifyRequest) => bearerSecret(req.headers.authorization) ?? req.headers.authorization ?? "";
+  const ownBucket = (req: FastifyRequest) => `${clientOf(req)}\n${keyOf(req)}`;
+  const provenBucket = (req: FastifyRequest) => {
+    const bucket = proven.get(keyOf(req));
+    return bucket !== undefined && shared.get(clientOf(req)) === bucket ? bucket : undefined;
+  };
+  const byAddress = new TokenBuckets();
   return {
-    key(req: FastifyRequest): string {
-      const bucket = proven.get(req.headers.authorization ?? "");
-      return bucket !== undefined && shared.get(clientOf(req)) === bucket ? bucket : ownBucket(req);
-    },
-    /** Learns from each /v1 answer which keys are their client's. */
+    key: (req: FastifyRequest): string => provenBucket(req) ?? ownBucket(req),
+    /** Limits unproven keys by address, and learns from each /v1 answer which keys are their client's. */
     register(scope: FastifyInstance): void {
+      if (limit) {
+        scope.addHook("onRequest", async (req, reply) => {
+          if (provenBucket(req) !== undefined) return;
+          const { current, ttl } = await new Promise<{ current: number; ttl: number }>((resolve) =>
+            byAddress.incr(req.ip, (_err, result) => resolve(result), limit.windowMs, limit.max),
+          );
+          if (current <= limit.max) return;
+          reply.header("retry-after", Math.ceil(ttl / 1000));
+          throw tooManyRequests();
+        });
+      }
       scope.addHook("onResponse", async (req, reply) => {
-        const authorization = req.headers.authorization;
-        if (authorization === undefined) return;
-        if (reply.statusCode === 401) proven.delete(authorization);
+        if (req.headers.authorization === undefined) return;
+        const key = keyOf(req);
+        if (reply.statusCode === 401) proven.delete(key);
         else if (reply.statusCode >= 200 && reply.statusCode < 300) {
           const clientId = clientOf(req);
           const bucket = shared.get(clientId) ?? ownBucket(req);
           remember(shared, clientId, bucket);
-          remember(proven, authorization, bucket);
+          remember(proven, key, bucket);
         }
       });
     },

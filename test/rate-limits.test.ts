@@ -101,31 +101,34 @@ describe("per client on /v1", () => {
         return secret;
       };
       const [first, second] = [await newKey(), await newKey()];
-      const get = async (secret: string) =>
-        (await api({ gatewayUrl: own.gatewayUrl }, "GET", "/v1/links", { clientId: "rl-two-keys", headers: { authorization: `Bearer ${secret}` } })).status;
-      // Each key's first answer proves it, and from then on both draw on the client's one bucket of 2 × 2:
-      // the first key's, of which its first request took one (the second key's took one of its own).
+      const get = async (secret: string, scheme = "Bearer") =>
+        (await api({ gatewayUrl: own.gatewayUrl }, "GET", "/v1/links", { clientId: "rl-two-keys", headers: { authorization: `${scheme} ${secret}` } })).status;
+      // Each key's first answer proves it, and from then on both draw on the client's one bucket of 2 × 2,
+      // whatever case their scheme is in: the first key's, of which its first request took one (the second
+      // key's took one of its own).
       expect([await get(first!), await get(second!)]).toEqual([200, 200]);
       const statuses = [];
-      for (let i = 0; i < 5; i++) statuses.push(await get(i % 2 ? second! : first!));
+      for (let i = 0; i < 5; i++) statuses.push(await get(i % 2 ? second! : first!, ["Bearer", "bearer", "BEARER", "bEaReR"][i % 4]));
       expect(statuses).toEqual([200, 200, 200, 429, 429]);
     } finally {
       await own.close();
     }
   });
 
-  it("with PAYLINK_AUTH=api-key, made-up keys do not spend the merchant's budget", async () => {
-    const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
+  it("with PAYLINK_AUTH=api-key, made-up keys are limited by their address and do not spend the merchant's budget", async () => {
+    const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 }, trustProxy: ["127.0.0.1"] } });
     try {
+      // A fresh key each time, in any case: each would cost the LinkService a lookup in PostgreSQL.
       const stranger = [];
-      for (let i = 0; i < 5; i++) {
-        const headers = { authorization: `Bearer sk_test_${String(i).repeat(32)}` };
-        stranger.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim", headers })).status);
+      for (let i = 0; i < 6; i++) {
+        const headers = { authorization: `${i % 2 ? "bearer" : "Bearer"} sk_test_${String(i).repeat(32)}`, "x-forwarded-for": "203.0.113.7" };
+        stranger.push((await api(own, "GET", "/v1/links", { clientId: i < 3 ? "rl-victim" : `rl-other-${i}`, headers })).status);
       }
-      expect(stranger).toEqual([401, 401, 401, 401, 401]);
+      expect(stranger).toEqual([401, 401, 401, 401, 429, 429]);
       const merchant = [];
-      for (let i = 0; i < 5; i++) merchant.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim" })).status);
-      expect(merchant).toEqual([200, 200, 200, 200, 429]);
+      const headers = { "x-forwarded-for": "198.51.100.9" };
+      for (let i = 0; i < 6; i++) merchant.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim", headers })).status);
+      expect(merchant).toEqual([200, 200, 200, 200, 429, 429]);
     } finally {
       await own.close();
     }

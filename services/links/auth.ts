@@ -6,6 +6,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { bearerSecret } from "../shared/bearer.js";
 import type { Clock } from "../shared/clock.js";
 import type { AuthMode, PaylinkEnv } from "../shared/config.js";
 import { invalid, unauthorized } from "../shared/rpc-errors.js";
@@ -79,7 +80,7 @@ export function createAuthenticator({ db, clock, mode, env, gate }: Authenticato
     async authenticate(clientIdHeader, authorizationHeader, signal) {
       const clientId = validateClientId(clientIdHeader);
       if (mode === "client-id") return clientId;
-      const secret = /^Bearer (\S+)$/i.exec(authorizationHeader ?? "")?.[1];
+      const secret = bearerSecret(authorizationHeader);
       if (!secret || !SECRET.test(secret) || !secret.startsWith(prefix)) throw invalidApiKey();
       const key = await keyOf(secret, signal);
       if (!key) throw invalidApiKey();
