@@ -44,6 +44,9 @@ describe("loadConfig", () => {
     ["DATABASE_URL", "postgres://svc:pa#ss@db.internal/paylink"],
     ["DATABASE_URL", "postgres://svc:pa/ss@db.internal/paylink"],
     ["DATABASE_URL", "postgres://svc:pa%zz@db.internal/paylink"],
+    // Not the first host: postgres.js reads it only when it moves on to it, and crashed then.
+    ["DATABASE_URL", "postgres://svc@db1:5432,db2:x/paylink"],
+    ["DATABASE_URL", "postgres://svc@db1,,db2/paylink"],
     ["WEBHOOK_RETRY_SCHEDULE", "5s,soon"],
     ["WEBHOOK_RECONCILE_AFTER", "0s"],
     ["WEBHOOK_RECONCILE_AFTER", "5m,10m"],

@@ -4,7 +4,7 @@ import { spawnSync } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
-import { natsServers } from "../shared/config.js";
+import { natsServers, redactNatsUrl } from "../shared/config.js";
 
 export function reachable(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
   return new Promise((resolve) => {
@@ -45,7 +45,7 @@ export async function ensureNats(
   const binary = findNatsServer();
   if (!binary) {
     throw new Error(
-      `NATS is not reachable at ${natsUrl} and no nats-server binary is on the PATH. ` +
+      `NATS is not reachable at ${redactNatsUrl(natsUrl)} and no nats-server binary is on the PATH. ` +
         "Install one (Debian: apt-get install nats-server), run `docker compose up -d nats`, or set NATS_URL.",
     );
   }

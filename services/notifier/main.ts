@@ -1,6 +1,6 @@
 // The notifier process: config, start consuming in the background, drain on
 // SIGTERM. It owns no tables: the LinkService records every attempt.
-import { requireInternalToken } from "../shared/config.js";
+import { redactNatsUrl, requireInternalToken } from "../shared/config.js";
 import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { startNotifier } from "./notifier.js";
@@ -18,7 +18,7 @@ await runMain("notifier", async (config, logger) => {
     port: config.notifierPort,
   });
   logger.info(
-    { port: notifier.port, env: config.env, natsUrl: config.natsUrl, retrySchedule: config.webhookRetrySchedule },
+    { port: notifier.port, env: config.env, natsUrl: redactNatsUrl(config.natsUrl), retrySchedule: config.webhookRetrySchedule },
     "notifier health and metrics listening",
   );
   return notifier;

@@ -125,12 +125,29 @@ export function natsServers(natsUrl: string): { host: string; port: number }[] {
       if (!url.hostname) throw new Error("no host");
     } catch {
       throw new ConfigError(
-        `NATS_URL must be a NATS server such as nats://127.0.0.1:4222 or 127.0.0.1:4222, or several comma-separated; got "${natsUrl}"`,
+        `NATS_URL must be a NATS server such as nats://127.0.0.1:4222 or 127.0.0.1:4222, or several comma-separated; got "${redactNatsUrl(natsUrl)}"`,
       );
     }
     // net.connect and nats-server -a take an IPv6 address without its brackets.
     return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: Number(url.port || 4222) };
   });
+}
+
+/** NATS_URL for a log line or a message: any user, password or token in it replaced. */
+export const redactNatsUrl = (natsUrl: string): string => natsUrl.replace(/[^,/\s]*@/g, "***@");
+
+/**
+ * NATS_URL as the nats client takes it: the nodes without credentials, and
+ * the credentials the first node that has some carries (user:password, or a
+ * token alone), which the client does not read from a URL.
+ */
+export function natsConnection(natsUrl: string): { servers: string[]; user?: string; pass?: string; token?: string } {
+  const nodes = natsUrl.split(",").map((node) => node.trim());
+  const withCredentials = nodes.map((node) => /^(?:[a-z][a-z0-9+.-]*:\/\/)?([^@/]*)@/i.exec(node)?.[1]).find((c) => c !== undefined);
+  const servers = nodes.map((node) => node.replace(/^((?:[a-z][a-z0-9+.-]*:\/\/)?)[^@/]*@/i, "$1"));
+  if (withCredentials === undefined) return { servers };
+  const [user, pass] = withCredentials.split(":").map((part) => decodeURIComponent(part));
+  return pass === undefined ? { servers, token: user } : { servers, user, pass };
 }
 
 /** A port number setting, or `fallback` when unset. */
@@ -145,9 +162,10 @@ export function port(env: NodeJS.ProcessEnv, name: string, fallback: number): nu
 }
 
 /**
- * DATABASE_URL, checked as postgres.js will read it (the first of several
- * hosts standing for all), so that a bad one is a clear message at start-up,
- * not the driver's stack trace with the whole URL, password and all, in it.
+ * DATABASE_URL, checked as postgres.js will read it, each of several hosts
+ * in turn (it tries the next when one is lost), so that a bad one is a clear
+ * message at start-up, not the driver's stack trace with the whole URL,
+ * password and all, in it, at start-up or at its first reconnection.
  */
 function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
   const raw = optional(env, "DATABASE_URL");
@@ -161,9 +179,12 @@ function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
   try {
     const authority = raw.slice(raw.indexOf("://") + 3).split(/[?/]/)[0]!;
     const hosts = decodeURIComponent(authority.slice(authority.indexOf("@") + 1));
-    const url = new URL(raw.replace(hosts, hosts.split(",")[0]!));
-    decodeURIComponent(url.username);
-    decodeURIComponent(url.password);
+    for (const host of hosts.split(",")) {
+      const url = new URL(raw.replace(hosts, host));
+      if (!url.hostname && hosts.includes(",")) throw new Error("a host is empty");
+      decodeURIComponent(url.username);
+      decodeURIComponent(url.password);
+    }
   } catch {
     throw refuse("this one cannot be read as one");
   }

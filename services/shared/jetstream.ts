@@ -14,6 +14,7 @@ import {
   StorageType,
   type StreamConfig,
 } from "nats";
+import { natsConnection, redactNatsUrl } from "./config.js";
 import type { Logger } from "./logger.js";
 
 export interface Topology {
@@ -188,7 +189,7 @@ export async function connectForever(opts: {
     try {
       const nc = await connect({
         // A cluster's nodes, comma-separated; the client also learns the others from the one it reaches.
-        servers: opts.natsUrl.split(",").map((url) => url.trim()),
+        ...natsConnection(opts.natsUrl),
         name: opts.name,
         maxReconnectAttempts: -1,
         reconnectTimeWait: retryMs,
@@ -198,10 +199,10 @@ export async function connectForever(opts: {
         await nc.close();
         return undefined;
       }
-      opts.logger.info({ natsUrl: opts.natsUrl }, "connected to NATS");
+      opts.logger.info({ natsUrl: redactNatsUrl(opts.natsUrl) }, "connected to NATS");
       return nc;
     } catch (err) {
-      if (!warned) opts.logger.warn({ err, natsUrl: opts.natsUrl }, "NATS unreachable; retrying in the background");
+      if (!warned) opts.logger.warn({ err, natsUrl: redactNatsUrl(opts.natsUrl) }, "NATS unreachable; retrying in the background");
       warned = true;
       await new Promise((resolve) => setTimeout(resolve, retryMs));
     }

@@ -24,14 +24,15 @@ export async function freePort(): Promise<number> {
   });
 }
 
-export async function startNatsServer() {
+/** `args`: more nats-server flags (`--user`, `--pass`, `--auth`). */
+export async function startNatsServer(args: string[] = []) {
   const port = await freePort();
   const storeDir = await mkdtemp(path.join(tmpdir(), "paylink-nats-"));
   let child: ChildProcess | undefined;
 
   async function start(): Promise<void> {
     if (child) return;
-    const proc = spawn(BINARY, ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", storeDir], {
+    const proc = spawn(BINARY, ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", storeDir, ...args], {
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";
