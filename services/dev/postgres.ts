@@ -12,6 +12,6 @@ try {
   // `npm start` died without stopping us: do not outlive it.
   process.once("disconnect", () => void pg.stop().finally(() => process.exit(0)));
 } catch (err) {
-  process.send!({ error: (err as Error).message });
+  process.send!({ error: String((err as Error | undefined)?.message ?? err) });
   process.exit(1);
 }

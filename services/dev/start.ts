@@ -95,6 +95,7 @@ try {
     for (const [name, file] of services) {
       const child = layer.spawn(process.execPath, [...NODE_FLAGS, ...profileFlags(name), ...LOADER, entry(file)], {
         env: { ...process.env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken },
+        ipc: true,
       });
       stopEverythingWhenItDies(name, child);
     }

@@ -2,7 +2,8 @@
 // the services drain first, then NATS, then PostgreSQL, so nothing loses its
 // database mid-request. Each child gets a process group of its own, so a
 // Ctrl-C in the terminal reaches only `npm start`, which then stops them in
-// order; and none is left behind when `npm start` exits.
+// order; and none is left behind when `npm start` exits, or is killed:
+// the services and PostgreSQL drain when their channel to it closes.
 import { type ChildProcess, fork, spawn } from "node:child_process";
 
 const STOP_TIMEOUT_MS = 20_000;
@@ -32,10 +33,12 @@ export function createSupervisor(log: (line: string) => void) {
     layer(): { spawn: typeof spawnIn; fork: typeof forkIn } {
       const layer: ChildProcess[] = [];
       layers.push(layer);
-      const spawnIn = (command: string, args: string[], options: { env?: NodeJS.ProcessEnv; quiet?: boolean } = {}) => {
+      /** `ipc`: a channel the child sees close when this process dies, even by SIGKILL (run-main drains then). */
+      const spawnIn = (command: string, args: string[], options: { env?: NodeJS.ProcessEnv; quiet?: boolean; ipc?: boolean } = {}) => {
+        const io = options.quiet ? "ignore" : "inherit";
         const child = spawn(command, args, {
           env: options.env,
-          stdio: options.quiet ? "ignore" : "inherit",
+          stdio: options.ipc ? [io, io, io, "ipc"] : io,
           detached: true,
         });
         layer.push(child);

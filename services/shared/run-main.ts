@@ -70,4 +70,10 @@ export async function runMain(
   // reminder) is the same stop, never Node's default of dying mid-drain.
   process.on("SIGTERM", () => void stop("SIGTERM"));
   process.on("SIGINT", () => void stop("SIGINT"));
+  // Started by `npm start` with a channel to it: when it dies without
+  // stopping us (kill -9), drain as on SIGTERM rather than outlive it.
+  if (process.channel) {
+    process.channel.unref();
+    process.once("disconnect", () => void stop("npm start exited"));
+  }
 }
