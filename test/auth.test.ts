@@ -203,6 +203,15 @@ describe("the admin service", () => {
     await expect(admin.createApiKey({ clientId: " " }, asAdmin)).rejects.toMatchObject({ code: Code.InvalidArgument });
   });
 
+  it("refuses a key for a client id no header can carry as it was given: the key could never be used", async () => {
+    for (const clientId of ["café", "m\u00a0x", "客户"]) {
+      await expect(admin.createApiKey({ clientId }, asAdmin)).rejects.toMatchObject({
+        code: Code.InvalidArgument,
+        rawMessage: "client_id must be printable ASCII: requests name it in the Client-Id header",
+      });
+    }
+  });
+
   it("is off without ADMIN_TOKEN", async () => {
     const off = await startStack({ auth: "api-key" });
     try {

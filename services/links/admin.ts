@@ -25,6 +25,9 @@ export interface AdminDeps {
 export function createAdminService({ db, clock, env, onRevoked }: AdminDeps): ServiceImpl<typeof AdminService> {
   const clientIdOf = (value: string) => {
     if (value.trim() === "") throw invalid("client_id is required");
+    // Its requests name it in a header, which HTTP reads byte by byte: a key
+    // for "café" would never match the client that presents it.
+    if (!/^[\x20-\x7e]+$/.test(value)) throw invalid("client_id must be printable ASCII: requests name it in the Client-Id header");
     return validateClientId(value);
   };
   return {
