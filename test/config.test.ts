@@ -194,15 +194,20 @@ describe("start:links without DATABASE_URL", () => {
   });
 });
 
-describe("production without INTERNAL_TOKEN", () => {
-  it.each(["services/links/main.ts", "services/notifier/main.ts"])("%s refuses to start", (entry) => {
+describe("production without a strong INTERNAL_TOKEN", () => {
+  it.each([
+    ["services/links/main.ts", undefined, "INTERNAL_TOKEN is required when PAYLINK_ENV=production"],
+    ["services/notifier/main.ts", undefined, "INTERNAL_TOKEN is required when PAYLINK_ENV=production"],
+    ["services/links/main.ts", "x", "INTERNAL_TOKEN must be at least 16 characters when PAYLINK_ENV=production"],
+    ["services/notifier/main.ts", "fifteen-chars-x", "INTERNAL_TOKEN must be at least 16 characters when PAYLINK_ENV=production"],
+  ])("%s refuses to start (INTERNAL_TOKEN %s)", (entry, token, message) => {
     const { INTERNAL_TOKEN: _, ...rest } = process.env;
     const run = spawnSync(process.execPath, ["--import", "tsx", entry], {
-      env: { ...rest, PAYLINK_ENV: "production" },
+      env: { ...rest, PAYLINK_ENV: "production", ...(token !== undefined && { INTERNAL_TOKEN: token }) },
       encoding: "utf8",
       timeout: 20_000,
     });
     expect(run.status).toBe(1);
-    expect(run.stderr).toContain("INTERNAL_TOKEN is required when PAYLINK_ENV=production");
+    expect(run.stderr).toContain(message);
   });
 });

@@ -437,6 +437,10 @@ describe("SIGTERM under load", () => {
       'configuration error: EMBEDDED_POSTGRES_PORT must be a port number from 0 to 65535; got "5432x"',
     ));
 
+  it("`npm start` refuses a CPU_PROF_DIR it cannot write to, naming it, before it starts anything", () =>
+    // Each service's exit had hung on writing its profile there, until the supervisor's SIGKILL 20 s later.
+    expectRefusedAtStart("paylink_start_profdir", { CPU_PROF_DIR: "/proc/paylink-profiles" }, "configuration error: CPU_PROF_DIR must be a folder this user can write to"));
+
   it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_twice");
     // A request whose body never comes keeps the gateway's drain, and so the ordered stop, waiting.

@@ -47,6 +47,13 @@ it("runs nothing without OTEL_EXPORTER_OTLP_ENDPOINT", async () => {
   expect(startSpan("nothing", traceFrom(undefined, undefined))).toBeUndefined();
 });
 
+it.each(["not a url", "collector:4318", "ftp://collector:4318"])("refuses OTEL_EXPORTER_OTLP_ENDPOINT=%s, naming it: the SDK would drop every span unseen", async (endpoint) => {
+  await expect(startTelemetry("bad", { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint })).rejects.toThrow(
+    /^OTEL_EXPORTER_OTLP_ENDPOINT must be an http or https URL/,
+  );
+  expect(telemetryOn()).toBe(false);
+});
+
 it("exports one trace across the gateway and the LinkService when it is set", async () => {
   // The SDK reads the standard variables from the environment.
   Object.assign(process.env, {

@@ -5,6 +5,7 @@
 // the reverse order.
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
 import net from "node:net";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig, port } from "../shared/config.js";
@@ -39,6 +40,16 @@ let embeddedPgPort: number;
 try {
   config = loadConfig();
   embeddedPgPort = port(process.env, "EMBEDDED_POSTGRES_PORT", 54329);
+  // A folder the profiles cannot be written to held each service's exit until the supervisor's SIGKILL.
+  if (PROFILE_DIR) {
+    try {
+      // Not recursive: Node's recursive mkdir never returns for a path under /proc.
+      if (!existsSync(PROFILE_DIR)) mkdirSync(PROFILE_DIR);
+      accessSync(PROFILE_DIR, constants.W_OK);
+    } catch {
+      throw new ConfigError(`CPU_PROF_DIR must be a folder this user can write to, or one it can make in an existing folder; "${PROFILE_DIR}" is not`);
+    }
+  }
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   console.error(`configuration error: ${err.message}`);

@@ -249,6 +249,10 @@ export function requireInternalToken(config: Config): void {
   if (config.env === "production" && !config.internalToken) {
     throw new ConfigError("INTERNAL_TOKEN is required when PAYLINK_ENV=production");
   }
+  // As ADMIN_TOKEN: it guards where every webhook goes and with which api_key.
+  if (config.env === "production" && config.internalToken!.length < 16) {
+    throw new ConfigError("INTERNAL_TOKEN must be at least 16 characters when PAYLINK_ENV=production");
+  }
 }
 
 function adminToken(env: NodeJS.ProcessEnv): string | undefined {
