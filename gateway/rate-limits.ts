@@ -41,12 +41,9 @@ export function limitFor(budget: string, limit: RateLimit | undefined, keyGenera
  * answered with a 2xx for that client in this copy; from then on, under the
  * client's one budget (the bucket of the first key it proved), which all its
  * proven keys share. A 401 for a key takes it back out. Keys are told apart
- * by their secret, as the LinkService reads it (`bearer` is `Bearer`). And
- * since each made-up key would cost the LinkService a lookup in PostgreSQL,
- * requests with keys not yet proven are also limited by their source
- * address, all such keys from there drawing on one budget of the same size.
+ * by their secret, as the LinkService reads it (`bearer` is `Bearer`).
  */
-export function clientLimits(mode: AuthMode, limit: RateLimit | undefined) {
+export function clientLimits(mode: AuthMode) {
   if (mode === "client-id") return { key: clientOf, register: () => {} };
   // A proven key's secret -> its client's bucket, and a client -> its bucket; least recently used first.
   const proven = new Map<string, string>();
@@ -57,22 +54,10 @@ export function clientLimits(mode: AuthMode, limit: RateLimit | undefined) {
     const bucket = proven.get(keyOf(req));
     return bucket !== undefined && shared.get(clientOf(req)) === bucket ? bucket : undefined;
   };
-  const byAddress = new TokenBuckets();
   return {
     key: (req: FastifyRequest): string => provenBucket(req) ?? ownBucket(req),
-    /** Limits unproven keys by address, and learns from each /v1 answer which keys are their client's. */
+    /** Learns from each /v1 answer which keys are their client's. */
     register(scope: FastifyInstance): void {
-      if (limit) {
-        scope.addHook("onRequest", async (req, reply) => {
-          if (provenBucket(req) !== undefined) return;
-          const { current, ttl } = await new Promise<{ current: number; ttl: number }>((resolve) =>
-            byAddress.incr(req.ip, (_err, result) => resolve(result), limit.windowMs, limit.max),
-          );
-          if (current <= limit.max) return;
-          reply.header("retry-after", Math.ceil(ttl / 1000));
-          throw tooManyRequests();
-        });
-      }
       scope.addHook("onResponse", async (req, reply) => {
         if (req.headers.authorization === undefined) return;
         const key = keyOf(req);

@@ -37,7 +37,7 @@ const LIST_LINKS: RequestRules = {
 /** Registered with prefix /v1. */
 export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth, rateLimitClient, metrics }) => {
   const { links } = clients;
-  const perClient = clientLimits(auth, rateLimitClient);
+  const perClient = clientLimits(auth);
   if (rateLimitClient) perClient.register(v1);
   const limited = limitFor("client", rateLimitClient, perClient.key);
 

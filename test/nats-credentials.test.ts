@@ -29,15 +29,21 @@ describe("NATS_URL with credentials", () => {
     expect(lines.join("\n")).not.toMatch(/s3cret/);
   });
 
-  it("refuses a malformed NATS_URL without repeating its credentials", () => {
+  it.each([
+    "nats://paylink:s3cret-nats@127.0.0.1:4222,nats://[bad",
+    // A bad percent-escape: the client would have retried it forever as "NATS unreachable".
+    "nats://paylink:s3cret%zz@127.0.0.1:4222",
+    // A raw comma in the password.
+    "nats://paylink:s3cret,nats@127.0.0.1:4222",
+  ])("refuses a malformed NATS_URL without repeating its credentials (%s)", (natsUrl) => {
     let message = "";
     try {
-      natsServers("nats://paylink:s3cret-nats@127.0.0.1:4222,nats://[bad");
+      natsServers(natsUrl);
     } catch (err) {
       expect(err).toBeInstanceOf(ConfigError);
       message = (err as Error).message;
     }
-    expect(message).toMatch(/^NATS_URL must be/);
-    expect(message).not.toContain("s3cret");
+    expect(message).toMatch(/^NATS_URL/);
+    expect(message).not.toMatch(/s3cret|paylink/);
   });
 });

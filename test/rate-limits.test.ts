@@ -115,19 +115,18 @@ describe("per client on /v1", () => {
     }
   });
 
-  it("with PAYLINK_AUTH=api-key, made-up keys are limited by their address and do not spend the merchant's budget", async () => {
-    const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 }, trustProxy: ["127.0.0.1"] } });
+  it("with PAYLINK_AUTH=api-key, made-up keys, from the merchant's own address too, do not spend the merchant's budget", async () => {
+    const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
     try {
-      // A fresh key each time, in any case: each would cost the LinkService a lookup in PostgreSQL.
+      // A fresh key each time, in any case; everything here comes from one address, as behind a load balancer.
       const stranger = [];
       for (let i = 0; i < 6; i++) {
-        const headers = { authorization: `${i % 2 ? "bearer" : "Bearer"} sk_test_${String(i).repeat(32)}`, "x-forwarded-for": "203.0.113.7" };
-        stranger.push((await api(own, "GET", "/v1/links", { clientId: i < 3 ? "rl-victim" : `rl-other-${i}`, headers })).status);
+        const headers = { authorization: `${i % 2 ? "bearer" : "Bearer"} sk_test_${String(i).repeat(32)}` };
+        stranger.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim", headers })).status);
       }
-      expect(stranger).toEqual([401, 401, 401, 401, 429, 429]);
+      expect(stranger).toEqual([401, 401, 401, 401, 401, 401]);
       const merchant = [];
-      const headers = { "x-forwarded-for": "198.51.100.9" };
-      for (let i = 0; i < 6; i++) merchant.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim", headers })).status);
+      for (let i = 0; i < 6; i++) merchant.push((await api(own, "GET", "/v1/links", { clientId: "rl-victim" })).status);
       expect(merchant).toEqual([200, 200, 200, 200, 429, 429]);
     } finally {
       await own.close();

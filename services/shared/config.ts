@@ -116,6 +116,11 @@ function natsUrl(env: NodeJS.ProcessEnv): string {
  * when none is given.
  */
 export function natsServers(natsUrl: string): { host: string; port: number }[] {
+  try {
+    natsConnection(natsUrl);
+  } catch {
+    throw new ConfigError(`NATS_URL's credentials must be percent-encoded (@ : / % and , in a user name or password); got "${redactNatsUrl(natsUrl)}"`);
+  }
   return natsUrl.split(",").map((node) => {
     const trimmed = node.trim();
     const bare = isIP(trimmed) === 6 ? `[${trimmed}]` : trimmed;
@@ -134,7 +139,8 @@ export function natsServers(natsUrl: string): { host: string; port: number }[] {
 }
 
 /** NATS_URL for a log line or a message: any user, password or token in it replaced. */
-export const redactNatsUrl = (natsUrl: string): string => natsUrl.replace(/[^,/\s]*@/g, "***@");
+export const redactNatsUrl = (natsUrl: string): string =>
+  natsUrl.includes("@") ? natsUrl.replace(/^(\s*(?:[a-z][a-z0-9+.-]*:\/\/)?)[^]*@/i, "$1***@") : natsUrl;
 
 /**
  * NATS_URL as the nats client takes it: the nodes without credentials, and
