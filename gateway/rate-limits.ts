@@ -13,11 +13,9 @@ export function registerRateLimits(app: FastifyInstance): void {
     global: false,
     store: TokenBuckets,
     // The limiter sets Retry-After (seconds); the body is the contract's.
-    errorResponseBuilder: tooManyRequests,
+    errorResponseBuilder: () => Object.assign(new Error("Too many requests"), { statusCode: 429 }),
   });
 }
-
-const tooManyRequests = () => Object.assign(new Error("Too many requests"), { statusCode: 429 });
 
 /**
  * A route's `config.rateLimit`, or nothing when the limit is off. Every route

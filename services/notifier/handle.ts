@@ -50,7 +50,7 @@ export interface HandlerDeps {
  * tried again, times the copy's redeliveries up to DEFER_MAX_MS: each try costs
  * two small transactions, so a long backlog for one receiver stays cheap.
  */
-export const DEFER_MS = 5_000;
+const DEFER_MS = 5_000;
 const DEFER_MAX_MS = 30_000;
 
 /** ±10 %: receivers that failed together should not be retried together. */

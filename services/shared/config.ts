@@ -110,6 +110,14 @@ function natsUrl(env: NodeJS.ProcessEnv): string {
   return raw;
 }
 
+/** A URL's scheme and `//`: NATS_URL's nodes may carry one or not. */
+const SCHEME = String.raw`[a-z][a-z0-9+.-]*:\/\/`;
+/** A node: its scheme (or none), its credentials before an `@` (or none), and the rest. */
+const NODE = new RegExp(String.raw`^(${SCHEME}|)(?:([^@/]*)@)?(.*)$`, "i");
+const HAS_SCHEME = new RegExp(`^${SCHEME}`, "i");
+/** From the first scheme (if any) to the last `@`: whatever credentials NATS_URL holds. */
+const CREDENTIALS = new RegExp(String.raw`^(\s*(?:${SCHEME})?)[^]*@`, "i");
+
 /**
  * The servers of NATS_URL, read as the nats client reads them: a
  * comma-separated list of nodes, each with or without a scheme, port 4222
@@ -126,7 +134,7 @@ export function natsServers(natsUrl: string): { host: string; port: number }[] {
     const bare = isIP(trimmed) === 6 ? `[${trimmed}]` : trimmed;
     let url: URL;
     try {
-      url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(bare) ? bare : `nats://${bare}`);
+      url = new URL(HAS_SCHEME.test(bare) ? bare : `nats://${bare}`);
       if (!url.hostname) throw new Error("no host");
     } catch {
       throw new ConfigError(
@@ -140,7 +148,7 @@ export function natsServers(natsUrl: string): { host: string; port: number }[] {
 
 /** NATS_URL for a log line or a message: any user, password or token in it replaced. */
 export const redactNatsUrl = (natsUrl: string): string =>
-  natsUrl.includes("@") ? natsUrl.replace(/^(\s*(?:[a-z][a-z0-9+.-]*:\/\/)?)[^]*@/i, "$1***@") : natsUrl;
+  natsUrl.replace(CREDENTIALS, "$1***@");
 
 /**
  * NATS_URL as the nats client takes it: the nodes without credentials, and
@@ -148,11 +156,11 @@ export const redactNatsUrl = (natsUrl: string): string =>
  * token alone), which the client does not read from a URL.
  */
 export function natsConnection(natsUrl: string): { servers: string[]; user?: string; pass?: string; token?: string } {
-  const nodes = natsUrl.split(",").map((node) => node.trim());
-  const withCredentials = nodes.map((node) => /^(?:[a-z][a-z0-9+.-]*:\/\/)?([^@/]*)@/i.exec(node)?.[1]).find((c) => c !== undefined);
-  const servers = nodes.map((node) => node.replace(/^((?:[a-z][a-z0-9+.-]*:\/\/)?)[^@/]*@/i, "$1"));
-  if (withCredentials === undefined) return { servers };
-  const [user, pass] = withCredentials.split(":").map((part) => decodeURIComponent(part));
+  const nodes = natsUrl.split(",").map((node) => NODE.exec(node.trim())!);
+  const servers = nodes.map(([, scheme, , rest]) => `${scheme}${rest}`);
+  const credentials = nodes.find((node) => node[2] !== undefined)?.[2];
+  if (credentials === undefined) return { servers };
+  const [user, pass] = credentials.split(":").map((part) => decodeURIComponent(part));
   return pass === undefined ? { servers, token: user } : { servers, user, pass };
 }
 
