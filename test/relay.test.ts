@@ -4,7 +4,7 @@
 // without double-publishing, and cleans up after the retention period.
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
-import { eq, isNull, ne } from "drizzle-orm";
+import { eq, inArray, isNull, notInArray } from "drizzle-orm";
 import { connect, DiscardPolicy, type JetStreamManager, type NatsConnection } from "nats";
 import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
@@ -194,21 +194,29 @@ it("deletes published rows after the retention period, and never unpublished one
   await relay.close();
 });
 
-it("publishes the rest of a batch beside a row it cannot read, which stays in the outbox", async () => {
-  const { webhooks, db } = await stack({ pollIntervalMs: 50 });
+it("sets aside rows it cannot read, so a batch of them never holds back the events behind", async () => {
+  const { webhooks, topology, db } = await stack({ pollIntervalMs: 50 });
   await webhooks.relay!.whenReady();
-  // No release writes such a row; a damaged one must not hold back the events behind it.
-  const unreadable = randomUUID();
-  await own.db.insert(outbox).values({
-    id: unreadable,
-    subject: "link.created",
+  // No release writes such rows. More of them than a batch, older than every
+  // real event, were claimed first on every pass and stood in front for good.
+  const unreadable = Array.from({ length: 150 }, (_, i) => ({
+    id: randomUUID(),
+    subject: "link.expired",
     payload: Buffer.from([0xff, 0xff, 0xff]),
-    createdAt: new Date(Date.now() - 60_000),
+    createdAt: new Date(Date.now() - 60_000 + i),
     idsOnly: true,
-  });
+  }));
+  await own.db.insert(outbox).values(unreadable);
+  const ids = unreadable.map((row) => row.id);
   const paid = await webhooks.pay({});
-  const readable = () => db.select().from(outbox).where(ne(outbox.id, unreadable));
-  await waitFor(async () => (await readable()).some((row) => fromBinary(EventSchema, row.payload).linkId === paid.linkId && row.publishedAt !== null));
-  const [left] = await own.db.select().from(outbox).where(eq(outbox.id, unreadable));
-  expect(left!.publishedAt).toBeNull();
+  const readable = () => db.select().from(outbox).where(notInArray(outbox.id, ids));
+  await waitFor(async () => (await readable()).some((row) => fromBinary(EventSchema, row.payload).linkId === paid.linkId && row.publishedAt !== null), 5000);
+
+  const left = await own.db.select().from(outbox).where(inArray(outbox.id, ids));
+  expect(left).toHaveLength(150);
+  for (const row of left) {
+    expect(row.subject).toBe("link.expired.undecodable");
+    expect(row.publishedAt).not.toBeNull();
+  }
+  expect(await messages(topology.eventStream)).toBe(1);
 });

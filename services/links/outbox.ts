@@ -113,12 +113,15 @@ export async function replacePayload(db: Executor, id: string, event: Event): Pr
 }
 
 /**
- * Takes a legacy row that cannot be adopted out of both claims: renamed, so
- * adoption passes it by, and marked published (if it was not), so the relay
- * never sends what may hold a webhook address and api_key, nor anything it
- * cannot read. The outbox's cleanup deletes it with the published rows.
+ * Takes a row that cannot be read (a legacy row that cannot be adopted, or a
+ * damaged event) out of both claims: renamed, so adoption passes it by, and
+ * marked published (if it was not), so the relay never sends what may hold a
+ * webhook address and api_key, nor anything it cannot read, and a batch of
+ * such rows never stands in front of the events behind it. The outbox's
+ * cleanup deletes it with the published rows; a payment's delivery row, not
+ * its outbox row, is what reconciliation publishes again.
  */
-export async function setAsideLegacy(db: Executor, id: string, at: Date): Promise<void> {
+export async function setAside(db: Executor, id: string, at: Date): Promise<void> {
   await db
     .update(outbox)
     .set({

@@ -18,7 +18,7 @@ import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
 import { newDelivery, republish } from "./deliveries.js";
-import { claimLegacyPaymentEvents, replacePayload, setAsideLegacy } from "./outbox.js";
+import { claimLegacyPaymentEvents, replacePayload, setAside } from "./outbox.js";
 import * as store from "./store.js";
 
 export interface ReconcilerOptions {
@@ -93,7 +93,7 @@ export function createReconciler(opts: ReconcilerOptions) {
         if (!decoded) {
           // Every row a batch claims must leave the claim, or a batch full
           // of them would come back on every pass and the drain never end.
-          await setAsideLegacy(tx, row.id, clock.now());
+          await setAside(tx, row.id, clock.now());
           continue;
         }
         const { event, completed } = decoded;

@@ -11,7 +11,7 @@ import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology, wat
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import type { Db } from "./db.js";
-import { claimUnpublished, deletePublishedBefore, markPublished, SUBJECT_PREFIX, traceHeadersOf } from "./outbox.js";
+import { claimUnpublished, deletePublishedBefore, markPublished, setAside, SUBJECT_PREFIX, traceHeadersOf } from "./outbox.js";
 
 export interface RelayOptions {
   db: Db;
@@ -87,30 +87,33 @@ export function createRelay(opts: RelayOptions): Relay {
     }
   }
 
-  /** Publishes one claimed batch in one transaction; answers how many rows it published. */
+  /** Publishes one claimed batch in one transaction; answers how many rows it claimed and how many NATS did not take. */
   async function publishBatch(client: JetStreamClient): Promise<{ claimed: number; failed: number }> {
     return db.transaction(async (tx) => {
       const rows = await claimUnpublished(tx, batchSize);
       if (rows.length === 0) return { claimed: 0, failed: 0 };
+      const sendable: { row: (typeof rows)[number]; headers: MsgHdrs | undefined }[] = [];
+      for (const row of rows) {
+        try {
+          sendable.push({ row, headers: natsHeadersOf(row.payload) });
+        } catch (err) {
+          // No release writes such a row. Left in the claim, a batch of them
+          // would come back first on every pass and hold back every event
+          // behind it for good.
+          logger.error({ err, outboxId: row.id, subject: row.subject }, "outbox row cannot be read; set aside, never published");
+          await setAside(tx, row.id, clock.now());
+        }
+      }
       const results = await Promise.allSettled(
-        // Async: a row whose event cannot be read fails alone, and the publishes
-        // already started for the rows before it still reach allSettled.
-        rows.map(async (row) =>
-          client.publish(subjectFor(row.subject), row.payload, {
-            msgID: row.id,
-            timeout: publishTimeoutMs,
-            headers: natsHeadersOf(row.payload),
-          }),
+        sendable.map(({ row, headers }) =>
+          client.publish(subjectFor(row.subject), row.payload, { msgID: row.id, timeout: publishTimeoutMs, headers }),
         ),
       );
-      const acked = rows.filter((_, i) => results[i]!.status === "fulfilled").map((row) => row.id);
+      const acked = sendable.filter((_, i) => results[i]!.status === "fulfilled").map(({ row }) => row.id);
       await markPublished(tx, acked, clock.now());
       const failures = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
       if (failures.length > 0) {
-        logger.warn(
-          { err: failures[0]!.reason, failed: failures.length },
-          "rows not published (JetStream did not ack, or a row cannot be read); they stay in the outbox",
-        );
+        logger.warn({ err: failures[0]!.reason, failed: failures.length }, "rows not published (JetStream did not ack); they stay in the outbox");
       }
       return { claimed: rows.length, failed: failures.length };
     });
