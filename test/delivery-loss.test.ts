@@ -8,9 +8,12 @@
 // nats-server, a database of its own, a real LinkService and notifier.
 import { randomUUID } from "node:crypto";
 import { toBinary } from "@bufbuild/protobuf";
-import { eq, inArray, isNull } from "drizzle-orm";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { eq, inArray, isNotNull, isNull } from "drizzle-orm";
 import type { JetStreamManager } from "nats";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { AttemptOutcome, DeliveryService, StartAttemptAction } from "../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { deliveryEvent } from "../services/links/deliveries.js";
 import { createReconciler } from "../services/links/reconciler.js";
@@ -127,6 +130,50 @@ describe("the broker loses the events of 100 pending payments", () => {
     await waitFor(() => n.metrics.counts.skipped >= 100, 20_000);
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(receiver.requests).toHaveLength(200);
+  });
+});
+
+describe("a notifier that dies between recording the last attempt and publishing its dead letter", () => {
+  it("loses no dead letter: the copy it never acked brings it, and reconciliation brings one the broker lost; nothing is attempted again", async () => {
+    const { topology, receiver, webhooks, reconciler, notifier, rowsOf } = await setup(() => 503, []);
+    const deliveryService = createClient(DeliveryService, createGrpcTransport({ baseUrl: webhooks.stack.linksUrl }));
+    const eventsInStream = async () => (await jsm.streams.info(topology.eventStream)).state.messages;
+    /** What a notifier did before it was killed: claimed the event's one attempt and recorded its failure; no dead letter, no ack. */
+    async function failedWithoutDeadLetter() {
+      const paid = await webhooks.pay({ webhook: receiver.url, api_key: "k" });
+      const [row] = await rowsOf([paid.linkId]);
+      const attempt = { eventId: row!.eventId, linkId: paid.linkId, paymentId: paid.paymentId };
+      const start = await deliveryService.startAttempt(attempt);
+      expect(start.action).toBe(StartAttemptAction.DELIVER);
+      const record = { eventId: row!.eventId, leaseToken: start.leaseToken, statusCode: 503, error: "HTTP 503", errorKind: "HTTP 503" };
+      expect((await deliveryService.recordAttempt({ ...record, outcome: AttemptOutcome.FAILED })).failed).toBe(true);
+      return row!.eventId;
+    }
+
+    const lost = await failedWithoutDeadLetter();
+    await waitFor(async () => (await eventsInStream()) === 1);
+    await jsm.streams.purge(topology.eventStream); // and the broker lost its copy
+    const unacked = await failedWithoutDeadLetter();
+    await waitFor(async () => (await eventsInStream()) === 1);
+
+    const n = await notifier();
+    await waitFor(() => n.metrics.counts.dead_lettered === 1);
+    webhooks.stack.clock.advance(RECONCILE_AFTER_MS);
+    expect(await reconciler.reconcile()).toBe(1);
+    await waitFor(() => n.metrics.counts.dead_lettered === 2);
+
+    const dead = await Promise.all([1, 2].map((seq) => jsm.streams.getMessage(topology.deadLetterStream, { seq })));
+    expect(dead.map((m) => m.header.get("Paylink-Event-Id")).sort()).toEqual([lost, unacked].sort());
+    for (const m of dead) {
+      expect(m.header.get("Paylink-Attempts")).toBe("1");
+      expect(m.header.get("Paylink-Last-Error")).toBe("HTTP 503");
+    }
+    expect(receiver.requests).toHaveLength(0);
+    // Confirmed: nothing is owed, and a later pass publishes nothing.
+    const owed = () => webhooks.stack.db.select().from(deliveries).where(isNotNull(deliveries.deadLetter));
+    await waitFor(async () => (await owed()).length === 0);
+    webhooks.stack.clock.advance(10 * RECONCILE_AFTER_MS);
+    expect(await reconciler.reconcile()).toBe(0);
   });
 });
 

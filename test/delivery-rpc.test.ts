@@ -27,6 +27,7 @@ import {
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createDb, type Db } from "../services/links/db.js";
 import { createDeliveryService, LEASE_MS } from "../services/links/deliveries.js";
+import { claimOwed } from "../services/links/store.js";
 import { startLinksServer } from "../services/links/server.js";
 import { createSandboxProcessor } from "../services/links/processor.js";
 import { addressPolicy } from "../services/notifier/address-policy.js";
@@ -223,6 +224,42 @@ describe("the internal DeliveryService", () => {
     const stale = await deliveries.recordAttempt({ eventId, leaseToken: "", generation: 0, statusCode: 503, outcome: AttemptOutcome.FAILED });
     expect(stale.failed).toBe(false);
     expect((await eventNow()).status).toBe(DeliveryStatus.PENDING);
+  });
+
+  it("owes a failed event's dead letter until ConfirmDeadLetter names its schedule; a redelivery drops it", async () => {
+    const { clock, deliveries, eventId, attempt, eventNow, redeliver } = await paidEvent("dead-letter-owed-client");
+    const owed = async () => (await claimOwed(handle.db, new Date(clock.now().getTime() + 1), 10_000)).some((row) => row.eventId === eventId);
+    const last = await deliveries.startAttempt(attempt);
+    const giveUp = { eventId, leaseToken: last.leaseToken, statusCode: 503, error: "HTTP 503: down", errorKind: "HTTP 503", outcome: AttemptOutcome.FAILED };
+    expect((await deliveries.recordAttempt(giveUp)).failed).toBe(true);
+
+    // The notifier died here, before publishing the dead letter: the next copy is told to, and reconciliation would send one.
+    expect(await deliveries.startAttempt(attempt)).toMatchObject({ action: StartAttemptAction.DEAD_LETTER, attempt: 1, lastError: "HTTP 503" });
+    expect(await owed()).toBe(true);
+    const failed = await eventNow();
+    expect(failed.status).toBe(DeliveryStatus.FAILED);
+    expect(failed.nextAttemptAt).toBeUndefined();
+
+    await deliveries.confirmDeadLetter({ eventId, generation: 1 }); // another schedule's: nothing
+    expect((await deliveries.startAttempt(attempt)).action).toBe(StartAttemptAction.DEAD_LETTER);
+    await deliveries.confirmDeadLetter({ eventId, generation: 0 });
+    expect(await deliveries.startAttempt(attempt)).toMatchObject({ action: StartAttemptAction.SKIP, reason: "already failed" });
+    expect(await owed()).toBe(false);
+
+    // A redelivery's schedule owes webhooks, not the old schedule's dead letter.
+    await redeliver();
+    clock.advance(1000);
+    const next = await deliveries.startAttempt({ ...attempt, generation: 1 });
+    await deliveries.recordAttempt({ eventId, leaseToken: next.leaseToken, generation: 1, statusCode: 204, outcome: AttemptOutcome.DELIVERED });
+    expect(await owed()).toBe(false);
+    expect((await deliveries.startAttempt({ ...attempt, generation: 1 })).action).toBe(StartAttemptAction.SKIP);
+  });
+
+  it("owes no dead letter to a notifier that names no kind of error (older than ConfirmDeadLetter: it dead-letters on its own)", async () => {
+    const { deliveries, eventId, attempt } = await paidEvent("dead-letter-old-notifier-client");
+    const last = await deliveries.startAttempt(attempt);
+    expect((await deliveries.recordAttempt({ eventId, leaseToken: last.leaseToken, statusCode: 503, outcome: AttemptOutcome.FAILED })).failed).toBe(true);
+    expect(await deliveries.startAttempt(attempt)).toMatchObject({ action: StartAttemptAction.SKIP, reason: "already failed" });
   });
 
   /**

@@ -31,13 +31,15 @@ interface Options {
   recordAnswer?: { failed?: boolean };
   /** How many dead-letter publishes fail before one is taken (Infinity: none is). */
   publishFailures?: number;
+  /** ConfirmDeadLetter fails (a LinkService older than it answers UNIMPLEMENTED). */
+  confirmFails?: boolean;
   recordForMs?: number;
 }
 
 function handlerFor(
   start: Omit<MessageInitShape<typeof StartAttemptResponseSchema>, "$typeName">,
   outcome: Outcome,
-  { recordAnswer = {}, publishFailures = 0, recordForMs }: Options = {},
+  { recordAnswer = {}, publishFailures = 0, recordForMs, confirmFails = false }: Options = {},
 ) {
   const deadLetters: { subject: string; data: Uint8Array; headers: MsgHdrs }[] = [];
   const recorded: RecordAttemptRequest[] = [];
@@ -76,6 +78,11 @@ function handlerFor(
       steps.push("recorded");
       recorded.push(req);
       return recordAnswer;
+    },
+    confirmDeadLetter: async (req: { eventId: string; generation: number }) => {
+      steps.push(`confirmed ${req.eventId} ${req.generation}`);
+      if (confirmFails) throw new Error("unimplemented");
+      return {};
     },
   } as unknown as Client<typeof DeliveryService>;
   const handle = createHandler({
@@ -153,9 +160,17 @@ describe("a failed attempt", () => {
     const { msg, seen } = message();
     await handle(msg);
     expect(seen.acked).toBe(true);
-    expect(steps).toEqual(["recorded", "dead-lettered"]);
+    expect(steps).toEqual(["recorded", "dead-lettered", `confirmed ${EVENT_ID} 0`]);
     expect(deadLetters.map((d) => d.subject)).toEqual([`${DEFAULT_TOPOLOGY.deadLetterSubjectPrefix}.payment.completed`]);
-    expect(recorded[0]!.outcome).toBe(AttemptOutcome.FAILED);
+    expect(recorded[0]!).toMatchObject({ outcome: AttemptOutcome.FAILED, errorKind: "HTTP 503" });
+  });
+
+  it("acks a dead letter it cannot confirm: unconfirmed, reconciliation has it published again", async () => {
+    const { handle, deadLetters } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, { recordAnswer: { failed: true }, confirmFails: true });
+    const { msg, seen } = message();
+    await handle(msg);
+    expect(seen).toEqual({ acked: true });
+    expect(deadLetters).toHaveLength(1);
   });
 
   it("after the last attempt, is not dead-lettered when the record leaves the event owed (a newer schedule, another copy's attempt)", async () => {
@@ -172,20 +187,21 @@ describe("a failed attempt", () => {
     const { msg, seen } = message();
     await handle(msg);
     expect(seen).toEqual({ acked: true });
-    expect(steps).toEqual(["recorded", "publish refused", "stream ensured", "publish refused", "stream ensured", "dead-lettered"]);
+    expect(steps).toEqual(["recorded", "publish refused", "stream ensured", "publish refused", "stream ensured", "dead-lettered", `confirmed ${EVENT_ID} 0`]);
     expect(deadLetters).toHaveLength(1);
   });
 
-  it("a dead letter the stream never takes is given up on: the event is acked, never attempted again", async () => {
-    const { handle, deadLetters, recorded } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, {
+  it("a dead letter the stream never takes hands the copy back for it, unconfirmed, the attempt never made again", async () => {
+    const { handle, deadLetters, recorded, steps } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, {
       publishFailures: Infinity,
       recordForMs: 300,
     });
     const { msg, seen } = message();
     await handle(msg);
-    expect(seen).toEqual({ acked: true });
+    expect(seen).toEqual({ acked: false, nakDelay: 30_000 });
     expect(deadLetters).toEqual([]);
     expect(recorded).toHaveLength(1);
+    expect(steps.filter((step) => step.startsWith("confirmed"))).toEqual([]);
   });
 });
 
@@ -231,6 +247,22 @@ describe("the LinkService's answer", () => {
     expect(seen).toEqual({ acked: true });
     expect(delivered).toEqual([]);
     expect(recorded).toEqual([]);
+  });
+
+  it("DEAD_LETTER: the dead letter a notifier never confirmed is published, with the attempts and the kind of error, and confirmed; nothing is sent", async () => {
+    const { handle, delivered, recorded, deadLetters, steps } = handlerFor(
+      { action: StartAttemptAction.DEAD_LETTER, attempt: 4, lastError: "connection refused" },
+      failed,
+    );
+    const { msg, seen } = message();
+    await handle(msg);
+    expect(seen).toEqual({ acked: true });
+    expect(delivered).toEqual([]);
+    expect(recorded).toEqual([]);
+    expect(steps).toEqual(["dead-lettered", `confirmed ${EVENT_ID} 0`]);
+    expect(deadLetters[0]!.headers.get("Paylink-Attempts")).toBe("4");
+    expect(deadLetters[0]!.headers.get("Paylink-Last-Error")).toBe("connection refused");
+    expect(deadLetters[0]!.headers.get("Paylink-Event-Id")).toBe(EVENT_ID);
   });
 
   it("WAIT: the copy comes back after the time the LinkService names", async () => {

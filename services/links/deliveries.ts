@@ -125,6 +125,14 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     const row = (await store.lockDelivery(tx, req.eventId)) ?? (await adopt(tx, req, now));
     if (!row) return skip("unknown event");
     if (req.generation < row.generation) return skip("superseded by a redelivery");
+    if (row.status === "failed" && row.deadLetter !== null && req.generation === row.generation) {
+      // The notifier that recorded the failure never confirmed its dead letter (it died, or the stream refused it).
+      return create(StartAttemptResponseSchema, {
+        action: StartAttemptAction.DEAD_LETTER,
+        attempt: await attemptsMade(tx, row),
+        lastError: row.deadLetter,
+      });
+    }
     if (row.status !== "pending") return skip(`already ${row.status}`);
     if (row.leaseUntil && row.leaseUntil > now) {
       const wait = Math.min(WAIT_MS, row.leaseUntil.getTime() - now.getTime());
@@ -144,7 +152,7 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     // The place in the schedule is the attempts this generation's log holds,
     // not the claims (`started`): a claim whose answer was lost sent nothing,
     // and must not spend a delay or bring the dead letter nearer.
-    const made = (await store.attemptsOf(tx, [row.eventId])).filter((a) => a.generation === row.generation).length;
+    const made = await attemptsMade(tx, row);
     const leaseToken = randomUUID();
     const leaseUntil = new Date(now.getTime() + LEASE_MS);
     await store.updateDelivery(tx, row.eventId, {
@@ -161,6 +169,10 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       attempt: made + 1,
       leaseToken,
     });
+  }
+
+  async function attemptsMade(tx: Executor, row: DeliveryRow): Promise<number> {
+    return (await store.attemptsOf(tx, [row.eventId])).filter((a) => a.generation === row.generation).length;
   }
 
   /** Frees a lease no attempt runs under, unless it has lapsed and another copy holds the event now. */
@@ -202,6 +214,10 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     const givingUpUnderAnotherLease = req.outcome === AttemptOutcome.FAILED && underAnotherLease;
     const settled = givingUpUnderAnotherLease ? undefined : SETTLED_BY[req.outcome];
     if (current && settled) Object.assign(set, { status: settled, nextAttemptAt: null, reconcileAt: null });
+    // Its dead letter is owed until the notifier confirms it, so one that dies
+    // before publishing it loses nothing (a notifier that names no kind of
+    // error is older than that, and dead-letters on its own, unconfirmed).
+    if (set.status === "failed" && req.errorKind !== "") Object.assign(set, { deadLetter: storableAttemptError(req.errorKind), reconcileAt: now });
     else if (current && holder && req.outcome === AttemptOutcome.RETRY) {
       const due = new Date(now.getTime() + req.retryInMs);
       Object.assign(set, { nextAttemptAt: due, reconcileAt: due });
@@ -229,6 +245,15 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     },
     async releaseAttempt(req) {
       if (isEventId(req.eventId)) await db.transaction((tx) => release(tx, req.eventId, req.leaseToken));
+      return {};
+    },
+    async confirmDeadLetter(req) {
+      if (!isEventId(req.eventId)) return {};
+      await db.transaction(async (tx) => {
+        const row = await store.lockDelivery(tx, req.eventId);
+        if (row?.status !== "failed" || row.deadLetter === null || row.generation !== req.generation) return;
+        await store.updateDelivery(tx, row.eventId, { deadLetter: null, reconcileAt: null, republished: 0 });
+      });
       return {};
     },
   };

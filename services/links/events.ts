@@ -71,6 +71,8 @@ export function createLinkEvents(deps: LinkEventsDeps): EventRpcs {
           started: 0,
           reconcileAt: now,
           republished: 0,
+          // The old schedule's dead letter, if still unsent, is moot.
+          deadLetter: null,
         });
       });
       deps.onEventsCommitted();

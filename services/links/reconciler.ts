@@ -5,7 +5,9 @@
 // broker may have lost it (a purged or deleted stream, a lost write). The
 // notifier's StartAttempt drops any copy that is not needed, so a receiver
 // never gets an event again once it is delivered. An event published again
-// and still not attempted waits twice as long before the next copy.
+// and still not attempted waits twice as long before the next copy. A failed
+// event whose dead letter no notifier confirmed (one died between the record
+// and the publish) is published again the same way, for its dead letter.
 //
 // On start, and on every pass, it also adopts payment events written before
 // the delivery log existed: each gets its delivery row, and the webhook
@@ -45,10 +47,12 @@ export function createReconciler(opts: ReconcilerOptions) {
   async function reconcileBatch(): Promise<number> {
     const now = clock.now();
     const count = await db.transaction(async (tx) => {
-      const rows = await store.claimUnsettled(tx, new Date(now.getTime() - opts.afterMs), batchSize);
+      const rows = await store.claimOwed(tx, new Date(now.getTime() - opts.afterMs), batchSize);
       for (const row of rows) {
         const spacing = opts.afterMs * (2 ** Math.min(row.republished, MAX_DOUBLINGS) - 1);
         await republish(tx, row, now, {
+          // A failed event owes its dead letter only: no attempt is due.
+          nextAttemptAt: row.status === "pending" ? now : null,
           reconcileAt: new Date(now.getTime() + spacing),
           republished: row.republished + 1,
         });
@@ -57,7 +61,7 @@ export function createReconciler(opts: ReconcilerOptions) {
     });
     if (count > 0) {
       opts.onEventsCommitted?.();
-      logger.warn({ events: count }, "published unsettled webhook events again");
+      logger.warn({ events: count }, "published owed webhook events again (an attempt or a dead letter)");
     }
     return count;
   }

@@ -143,12 +143,19 @@ export const deliveries = pgTable(
     reconcileAt: at("reconcile_at"),
     /** How many times reconciliation re-published it in this generation (spaces the next). */
     republished: integer("republished").notNull().default(0),
+    /**
+     * While failed: the Paylink-Last-Error of its dead letter, until the
+     * notifier confirms the dead letter is published (null after, and for
+     * events that failed before this column).
+     */
+    deadLetter: text("dead_letter"),
     createdAt: at("created_at").notNull(),
   },
   (t) => [
     index("deliveries_link_id_idx").on(t.linkId, t.createdAt),
-    // Reconciliation reads only unsettled events that are due.
-    index("deliveries_reconcile_idx").on(t.reconcileAt).where(sql`status = 'pending'`),
+    // Reconciliation reads only what is owed: a webhook, or a dead letter.
+    // reconcile_at is null once an event is settled and its dead letter sent.
+    index("deliveries_owed_idx").on(t.reconcileAt).where(sql`reconcile_at IS NOT NULL`),
   ],
 );
 

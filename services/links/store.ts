@@ -1,7 +1,7 @@
 // The queries on links, payments, idempotency keys and webhook deliveries (the
 // outbox keeps its own, beside its events). Each takes the database or a transaction, so callers
 // decide what runs atomically.
-import { and, asc, desc, eq, gt, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import { isoFromMs } from "../shared/iso-time.js";
 import type { Db, Executor } from "./db.js";
@@ -395,14 +395,20 @@ export async function insertAttempt(db: Executor, row: Omit<typeof deliveryAttem
 }
 
 /**
- * Unsettled events nothing has happened to since `before`, oldest first,
- * skipping rows another copy holds: what reconciliation publishes again.
+ * Events nothing has happened to since `before` that still owe a webhook or a
+ * dead letter, oldest first, skipping rows another copy holds: what
+ * reconciliation publishes again.
  */
-export async function claimUnsettled(db: Executor, before: Date, limit: number): Promise<DeliveryRow[]> {
+export async function claimOwed(db: Executor, before: Date, limit: number): Promise<DeliveryRow[]> {
   return db
     .select()
     .from(deliveries)
-    .where(and(eq(deliveries.status, "pending"), lte(deliveries.reconcileAt, before)))
+    .where(
+      and(
+        lte(deliveries.reconcileAt, before),
+        or(eq(deliveries.status, "pending"), and(eq(deliveries.status, "failed"), isNotNull(deliveries.deadLetter))),
+      ),
+    )
     .orderBy(asc(deliveries.reconcileAt))
     .limit(limit)
     .for("update", { skipLocked: true });

@@ -106,6 +106,36 @@ export function createHandler(deps: HandlerDeps) {
   }
 
   /**
+   * Publishes an event's dead letter (ids only), then tells the LinkService,
+   * which owes it until told: a copy of the event comes back for it if this
+   * notifier dies first, or if the dead-letter stream will not take it for
+   * recordForMs (made again between tries: an operator may have deleted it).
+   */
+  async function sendDeadLetter(msg: JsMsg, ids: Event, generation: number, attempts: number, kind: string, detail: string, log: Logger) {
+    const body = toBinary(EventSchema, ids);
+    try {
+      await keepTrying(
+        msg,
+        () => deadLetter(msg, ids.id, `${ids.id}.${generation}`, body, attempts, kind, detail),
+        async (err) => {
+          log.warn({ err }, "cannot publish the dead letter yet; retrying");
+          await deps.ensureDeadLetterStream?.().catch(() => {});
+        },
+      );
+    } catch (err) {
+      log.error({ err, attempts, lastError: detail }, "cannot publish the dead letter; the event comes back for it");
+      msg.nak(DEFER_MAX_MS);
+      return;
+    }
+    // Unconfirmed, reconciliation has it published again (a second copy, if
+    // after the stream's duplicate window); never none.
+    await deliveries
+      .confirmDeadLetter({ eventId: ids.id, generation }, { timeoutMs: 5000 })
+      .catch((err: unknown) => log.warn({ err }, "cannot confirm the dead letter; it may be published again"));
+    msg.ack();
+  }
+
+  /**
    * The event's receiver has its share of attempts running (a slow or hanging
    * endpoint): this one is put off, counting for nothing, and its claim given
    * back so that the copy need not wait the lease out.
@@ -164,6 +194,10 @@ export function createHandler(deps: HandlerDeps) {
       msg.nak(start.retryInMs);
       return;
     }
+    if (start.action === StartAttemptAction.DEAD_LETTER) {
+      log.warn({ attempts: start.attempt }, "the event failed, and its dead letter was never confirmed: publishing it");
+      return sendDeadLetter(msg, ids, generation, start.attempt, start.lastError, start.lastError, log);
+    }
     if (start.action !== StartAttemptAction.DELIVER) {
       metrics.inc("skipped");
       log.debug({ reason: start.reason }, "copy dropped");
@@ -200,31 +234,20 @@ export function createHandler(deps: HandlerDeps) {
     const lastAttempt = outcome.kind === "refused" || (outcome.kind === "failed" && attempt > retrySchedule.length);
     if (lastAttempt) {
       // Policy (refused) or the end of the schedule. Recorded first: only an
-      // event the record leaves failed is dead-lettered (ids only). One still
+      // event the record leaves failed is dead-lettered (ids only); one still
       // owed (a redelivery began a newer schedule meanwhile, another copy's
-      // attempt is under way) is not, and a dead-letter stream that cannot
-      // take it never brings the attempt round again: the event is settled.
+      // attempt is under way) is not. The attempt is never made again: from
+      // here a failed event owes its dead letter only.
       if (outcome.kind === "refused") metrics.inc("refused");
       else metrics.inc("failed_attempt");
       result.outcome = AttemptOutcome.FAILED;
+      result.errorKind = outcome.category;
       if ((await record(msg, result)) === false) {
         log.info({ attempt }, "gave up on the attempt; the event is still owed, so it is not dead-lettered");
-      } else {
-        const body = toBinary(EventSchema, ids);
-        await keepTrying(
-          msg,
-          () => deadLetter(msg, event.id, `${event.id}.${generation}`, body, attempt, outcome.category, outcome.error),
-          async (err) => {
-            log.warn({ err }, "cannot publish the dead letter yet; retrying");
-            await deps.ensureDeadLetterStream?.().catch(() => {});
-          },
-        ).catch((err: unknown) =>
-          // The event's log says failed, and redeliver still works; only the operators' copy is missing.
-          log.error({ err, attempt, lastError: outcome.error }, "webhook failed for good, but its dead letter could not be published"),
-        );
+        msg.ack();
+        return;
       }
-      msg.ack();
-      return;
+      return sendDeadLetter(msg, ids, generation, attempt, outcome.category, outcome.error, log);
     }
     switch (outcome.kind) {
       case "delivered":

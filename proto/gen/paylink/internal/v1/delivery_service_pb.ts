@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file paylink/internal/v1/delivery_service.proto.
  */
 export const file_paylink_internal_v1_delivery_service: GenFile = /*@__PURE__*/
-  fileDesc("CipwYXlsaW5rL2ludGVybmFsL3YxL2RlbGl2ZXJ5X3NlcnZpY2UucHJvdG8SE3BheWxpbmsuaW50ZXJuYWwudjEiYAoTU3RhcnRBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRIPCgdsaW5rX2lkGAIgASgJEhIKCnBheW1lbnRfaWQYAyABKAkSEgoKZ2VuZXJhdGlvbhgEIAEoDSLYAQoUU3RhcnRBdHRlbXB0UmVzcG9uc2USNwoGYWN0aW9uGAEgASgOMicucGF5bGluay5pbnRlcm5hbC52MS5TdGFydEF0dGVtcHRBY3Rpb24SDgoGcmVhc29uGAIgASgJEhMKC3dlYmhvb2tfdXJsGAMgASgJEg8KB2FwaV9rZXkYBCABKAkSFgoOdHJhbnNhY3Rpb25faWQYBSABKAkSDwoHYXR0ZW1wdBgGIAEoDRITCgtsZWFzZV90b2tlbhgHIAEoCRITCgtyZXRyeV9pbl9tcxgIIAEoDSKhAgoUUmVjb3JkQXR0ZW1wdFJlcXVlc3QSEAoIZXZlbnRfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEgoKZ2VuZXJhdGlvbhgDIAEoDRImCgJhdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZHVyYXRpb25fbXMYBSABKA0SGAoLc3RhdHVzX2NvZGUYBiABKAVIAIgBARISCgVlcnJvchgHIAEoCUgBiAEBEjQKB291dGNvbWUYCCABKA4yIy5wYXlsaW5rLmludGVybmFsLnYxLkF0dGVtcHRPdXRjb21lEhMKC3JldHJ5X2luX21zGAkgASgNQg4KDF9zdGF0dXNfY29kZUIICgZfZXJyb3IiNwoVUmVjb3JkQXR0ZW1wdFJlc3BvbnNlEhMKBmZhaWxlZBgBIAEoCEgAiAEBQgkKB19mYWlsZWQiPgoVUmVsZWFzZUF0dGVtcHRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJIhgKFlJlbGVhc2VBdHRlbXB0UmVzcG9uc2UqmgEKElN0YXJ0QXR0ZW1wdEFjdGlvbhIkCiBTVEFSVF9BVFRFTVBUX0FDVElPTl9VTlNQRUNJRklFRBAAEiAKHFNUQVJUX0FUVEVNUFRfQUNUSU9OX0RFTElWRVIQARIdChlTVEFSVF9BVFRFTVBUX0FDVElPTl9TS0lQEAISHQoZU1RBUlRfQVRURU1QVF9BQ1RJT05fV0FJVBADKqEBCg5BdHRlbXB0T3V0Y29tZRIfChtBVFRFTVBUX09VVENPTUVfVU5TUEVDSUZJRUQQABIdChlBVFRFTVBUX09VVENPTUVfREVMSVZFUkVEEAESGAoUQVRURU1QVF9PVVRDT01FX0dPTkUQAhIZChVBVFRFTVBUX09VVENPTUVfUkVUUlkQAxIaChZBVFRFTVBUX09VVENPTUVfRkFJTEVEEAQyyQIKD0RlbGl2ZXJ5U2VydmljZRJjCgxTdGFydEF0dGVtcHQSKC5wYXlsaW5rLmludGVybmFsLnYxLlN0YXJ0QXR0ZW1wdFJlcXVlc3QaKS5wYXlsaW5rLmludGVybmFsLnYxLlN0YXJ0QXR0ZW1wdFJlc3BvbnNlEmYKDVJlY29yZEF0dGVtcHQSKS5wYXlsaW5rLmludGVybmFsLnYxLlJlY29yZEF0dGVtcHRSZXF1ZXN0GioucGF5bGluay5pbnRlcm5hbC52MS5SZWNvcmRBdHRlbXB0UmVzcG9uc2USaQoOUmVsZWFzZUF0dGVtcHQSKi5wYXlsaW5rLmludGVybmFsLnYxLlJlbGVhc2VBdHRlbXB0UmVxdWVzdBorLnBheWxpbmsuaW50ZXJuYWwudjEuUmVsZWFzZUF0dGVtcHRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CipwYXlsaW5rL2ludGVybmFsL3YxL2RlbGl2ZXJ5X3NlcnZpY2UucHJvdG8SE3BheWxpbmsuaW50ZXJuYWwudjEiYAoTU3RhcnRBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRIPCgdsaW5rX2lkGAIgASgJEhIKCnBheW1lbnRfaWQYAyABKAkSEgoKZ2VuZXJhdGlvbhgEIAEoDSLsAQoUU3RhcnRBdHRlbXB0UmVzcG9uc2USNwoGYWN0aW9uGAEgASgOMicucGF5bGluay5pbnRlcm5hbC52MS5TdGFydEF0dGVtcHRBY3Rpb24SDgoGcmVhc29uGAIgASgJEhMKC3dlYmhvb2tfdXJsGAMgASgJEg8KB2FwaV9rZXkYBCABKAkSFgoOdHJhbnNhY3Rpb25faWQYBSABKAkSDwoHYXR0ZW1wdBgGIAEoDRITCgtsZWFzZV90b2tlbhgHIAEoCRITCgtyZXRyeV9pbl9tcxgIIAEoDRISCgpsYXN0X2Vycm9yGAkgASgJIrUCChRSZWNvcmRBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgNEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkdXJhdGlvbl9tcxgFIAEoDRIYCgtzdGF0dXNfY29kZRgGIAEoBUgAiAEBEhIKBWVycm9yGAcgASgJSAGIAQESNAoHb3V0Y29tZRgIIAEoDjIjLnBheWxpbmsuaW50ZXJuYWwudjEuQXR0ZW1wdE91dGNvbWUSEwoLcmV0cnlfaW5fbXMYCSABKA0SEgoKZXJyb3Jfa2luZBgKIAEoCUIOCgxfc3RhdHVzX2NvZGVCCAoGX2Vycm9yIjcKFVJlY29yZEF0dGVtcHRSZXNwb25zZRITCgZmYWlsZWQYASABKAhIAIgBAUIJCgdfZmFpbGVkIj4KFVJlbGVhc2VBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCSIYChZSZWxlYXNlQXR0ZW1wdFJlc3BvbnNlIkAKGENvbmZpcm1EZWFkTGV0dGVyUmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgNIhsKGUNvbmZpcm1EZWFkTGV0dGVyUmVzcG9uc2UqwAEKElN0YXJ0QXR0ZW1wdEFjdGlvbhIkCiBTVEFSVF9BVFRFTVBUX0FDVElPTl9VTlNQRUNJRklFRBAAEiAKHFNUQVJUX0FUVEVNUFRfQUNUSU9OX0RFTElWRVIQARIdChlTVEFSVF9BVFRFTVBUX0FDVElPTl9TS0lQEAISHQoZU1RBUlRfQVRURU1QVF9BQ1RJT05fV0FJVBADEiQKIFNUQVJUX0FUVEVNUFRfQUNUSU9OX0RFQURfTEVUVEVSEAQqoQEKDkF0dGVtcHRPdXRjb21lEh8KG0FUVEVNUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEh0KGUFUVEVNUFRfT1VUQ09NRV9ERUxJVkVSRUQQARIYChRBVFRFTVBUX09VVENPTUVfR09ORRACEhkKFUFUVEVNUFRfT1VUQ09NRV9SRVRSWRADEhoKFkFUVEVNUFRfT1VUQ09NRV9GQUlMRUQQBDK9AwoPRGVsaXZlcnlTZXJ2aWNlEmMKDFN0YXJ0QXR0ZW1wdBIoLnBheWxpbmsuaW50ZXJuYWwudjEuU3RhcnRBdHRlbXB0UmVxdWVzdBopLnBheWxpbmsuaW50ZXJuYWwudjEuU3RhcnRBdHRlbXB0UmVzcG9uc2USZgoNUmVjb3JkQXR0ZW1wdBIpLnBheWxpbmsuaW50ZXJuYWwudjEuUmVjb3JkQXR0ZW1wdFJlcXVlc3QaKi5wYXlsaW5rLmludGVybmFsLnYxLlJlY29yZEF0dGVtcHRSZXNwb25zZRJpCg5SZWxlYXNlQXR0ZW1wdBIqLnBheWxpbmsuaW50ZXJuYWwudjEuUmVsZWFzZUF0dGVtcHRSZXF1ZXN0GisucGF5bGluay5pbnRlcm5hbC52MS5SZWxlYXNlQXR0ZW1wdFJlc3BvbnNlEnIKEUNvbmZpcm1EZWFkTGV0dGVyEi0ucGF5bGluay5pbnRlcm5hbC52MS5Db25maXJtRGVhZExldHRlclJlcXVlc3QaLi5wYXlsaW5rLmludGVybmFsLnYxLkNvbmZpcm1EZWFkTGV0dGVyUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message paylink.internal.v1.StartAttemptRequest
@@ -104,6 +104,14 @@ export type StartAttemptResponse = Message<"paylink.internal.v1.StartAttemptResp
    * @generated from field: uint32 retry_in_ms = 8;
    */
   retryInMs: number;
+
+  /**
+   * When DEAD_LETTER: the kind of the last failure, as RecordAttempt was
+   * given it in error_kind (never an address).
+   *
+   * @generated from field: string last_error = 9;
+   */
+  lastError: string;
 };
 
 /**
@@ -165,6 +173,14 @@ export type RecordAttemptRequest = Message<"paylink.internal.v1.RecordAttemptReq
    * @generated from field: uint32 retry_in_ms = 9;
    */
   retryInMs: number;
+
+  /**
+   * When FAILED: the kind of failure, for the dead letter's
+   * Paylink-Last-Error ("HTTP 503", "connection refused"); never an address.
+   *
+   * @generated from field: string error_kind = 10;
+   */
+  errorKind: string;
 };
 
 /**
@@ -235,6 +251,43 @@ export const ReleaseAttemptResponseSchema: GenMessage<ReleaseAttemptResponse> = 
   messageDesc(file_paylink_internal_v1_delivery_service, 5);
 
 /**
+ * @generated from message paylink.internal.v1.ConfirmDeadLetterRequest
+ */
+export type ConfirmDeadLetterRequest = Message<"paylink.internal.v1.ConfirmDeadLetterRequest"> & {
+  /**
+   * @generated from field: string event_id = 1;
+   */
+  eventId: string;
+
+  /**
+   * The generation of the schedule whose dead letter was published.
+   *
+   * @generated from field: uint32 generation = 2;
+   */
+  generation: number;
+};
+
+/**
+ * Describes the message paylink.internal.v1.ConfirmDeadLetterRequest.
+ * Use `create(ConfirmDeadLetterRequestSchema)` to create a new message.
+ */
+export const ConfirmDeadLetterRequestSchema: GenMessage<ConfirmDeadLetterRequest> = /*@__PURE__*/
+  messageDesc(file_paylink_internal_v1_delivery_service, 6);
+
+/**
+ * @generated from message paylink.internal.v1.ConfirmDeadLetterResponse
+ */
+export type ConfirmDeadLetterResponse = Message<"paylink.internal.v1.ConfirmDeadLetterResponse"> & {
+};
+
+/**
+ * Describes the message paylink.internal.v1.ConfirmDeadLetterResponse.
+ * Use `create(ConfirmDeadLetterResponseSchema)` to create a new message.
+ */
+export const ConfirmDeadLetterResponseSchema: GenMessage<ConfirmDeadLetterResponse> = /*@__PURE__*/
+  messageDesc(file_paylink_internal_v1_delivery_service, 7);
+
+/**
  * @generated from enum paylink.internal.v1.StartAttemptAction
  */
 export enum StartAttemptAction {
@@ -264,6 +317,15 @@ export enum StartAttemptAction {
    * @generated from enum value: START_ATTEMPT_ACTION_WAIT = 3;
    */
   WAIT = 3,
+
+  /**
+   * The event's schedule failed and its dead letter is not known to be
+   * published: publish it (attempt is the attempts made, last_error the
+   * kind of the last failure), then ConfirmDeadLetter. Deliver nothing.
+   *
+   * @generated from enum value: START_ATTEMPT_ACTION_DEAD_LETTER = 4;
+   */
+  DEAD_LETTER = 4,
 }
 
 /**
@@ -363,6 +425,21 @@ export const DeliveryService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseAttemptRequestSchema;
     output: typeof ReleaseAttemptResponseSchema;
+  },
+  /**
+   * Says the dead letter of an event's failed schedule is published (after
+   * RecordAttempt answered failed, or StartAttempt answered DEAD_LETTER).
+   * Until then the event's dead letter is owed: a copy of the event gets
+   * DEAD_LETTER, and reconciliation publishes one again, so a notifier that
+   * dies between the record and the publish loses no dead letter. A generation
+   * other than the failed schedule's changes nothing.
+   *
+   * @generated from rpc paylink.internal.v1.DeliveryService.ConfirmDeadLetter
+   */
+  confirmDeadLetter: {
+    methodKind: "unary";
+    input: typeof ConfirmDeadLetterRequestSchema;
+    output: typeof ConfirmDeadLetterResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_paylink_internal_v1_delivery_service, 0);
