@@ -73,8 +73,10 @@ describe("card data", () => {
     const stored = dump.join("\n");
     expect(stored).toContain("4444"); // the last four digits are kept, and the search can see them
     expect(logLines.length).toBeGreaterThan(0);
-    const logs = logLines.join("");
+    const logText = logLines.join("");
 
+    // A stack trace's file:line:column (a loaded machine logs more errors) is no card data.
+    const logs = logText.replace(/(\.[cm]?[jt]s):\d+:\d+/g, "$1");
     const haystacks = { stored, logs, answers: answers.join("\n") };
     for (const attempt of attempts) {
       const digits = attempt.number.replace(/\s/g, "");
@@ -86,7 +88,8 @@ describe("card data", () => {
     }
     const cvcToken = new RegExp(`(?<![0-9a-fA-F])(${CVC}|${Buffer.from(CVC).toString("hex")})(?![0-9a-fA-F])`);
     for (const [name, text] of Object.entries(haystacks)) {
-      expect(cvcToken.exec(text)?.[0], `CVC found in ${name}`).toBeUndefined();
+      const found = cvcToken.exec(text);
+      expect(found?.[0], `CVC found in ${name}: ${found ? text.slice(found.index - 120, found.index + 40) : ""}`).toBeUndefined();
       expect(text, `a "cvc" field in ${name}`).not.toMatch(/"cvc"/i);
     }
   });
