@@ -214,14 +214,14 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     const givingUpUnderAnotherLease = req.outcome === AttemptOutcome.FAILED && underAnotherLease;
     const settled = givingUpUnderAnotherLease ? undefined : SETTLED_BY[req.outcome];
     if (current && settled) Object.assign(set, { status: settled, nextAttemptAt: null, reconcileAt: null });
-    // Its dead letter is owed until the notifier confirms it, so one that dies
-    // before publishing it loses nothing (a notifier that names no kind of
-    // error is older than that, and dead-letters on its own, unconfirmed).
-    if (set.status === "failed" && req.errorKind !== "") Object.assign(set, { deadLetter: storableAttemptError(req.errorKind), reconcileAt: now });
     else if (current && holder && req.outcome === AttemptOutcome.RETRY) {
       const due = new Date(now.getTime() + req.retryInMs);
       Object.assign(set, { nextAttemptAt: due, reconcileAt: due });
     }
+    // Its dead letter is owed until the notifier confirms it, so one that dies
+    // before publishing it loses nothing (a notifier that names no kind of
+    // error is older than that, and dead-letters on its own, unconfirmed).
+    if (set.status === "failed" && req.errorKind !== "") Object.assign(set, { deadLetter: storableAttemptError(req.errorKind), reconcileAt: now });
     if (Object.keys(set).length > 0) await store.updateDelivery(tx, row.eventId, set);
     return failed(set.status ?? row.status);
   }

@@ -52,6 +52,8 @@ export interface HandlerDeps {
  */
 const DEFER_MS = 5_000;
 const DEFER_MAX_MS = 30_000;
+/** How soon a copy handed back for a dead letter the stream would not take comes again. */
+const DEAD_LETTER_AGAIN_MS = 30_000;
 
 /** ±10 %: receivers that failed together should not be retried together. */
 const JITTER = 0.1;
@@ -124,7 +126,7 @@ export function createHandler(deps: HandlerDeps) {
       );
     } catch (err) {
       log.error({ err, attempts, lastError: detail }, "cannot publish the dead letter; the event comes back for it");
-      msg.nak(DEFER_MAX_MS);
+      msg.nak(DEAD_LETTER_AGAIN_MS);
       return;
     }
     // Unconfirmed, reconciliation has it published again (a second copy, if
