@@ -328,7 +328,7 @@ export const ROUTE_SCHEMAS = {
       description: BODY_IGNORED,
       headers: clientIdHeader,
       params: Type.Object({ id: Str("The link id"), eventId: Str("The event id") }),
-      response: { 202: { ...ref("LinkEvent"), description: "Accepted: the event, pending" }, ...errors({ ...LINK_ERRORS, 409: "`Link has no webhook`" }) },
+      response: { 202: { ...ref("LinkEvent"), description: "Accepted: the event, pending" }, ...errors({ ...LINK_ERRORS, 404: "`Link not found` or `Event not found`", 409: "`Link has no webhook`" }) },
     },
   },
   checkoutPage: {

@@ -139,12 +139,15 @@ describe("a valid request", () => {
     ["allowed_payment_methods [card]", (b: Body) => (b.data.allowed_payment_methods = ["card"])],
     ["allowed_payment_methods [bank_transfer, card]", (b: Body) => (b.data.allowed_payment_methods = ["bank_transfer", "card"])],
     ["redirect_url of 2048", (b: Body) => (b.data.redirect_url = `https://shop.test/${"r".repeat(2048 - 18)}`)],
+    // Counted as sent: percent-encoded, this one is 12,198 characters long.
+    ["redirect_url of 2048 characters, not ASCII", (b: Body) => (b.data.redirect_url = `https://shop.test/${"é".repeat(2048 - 18)}`)],
     ["cancel_url http", (b: Body) => (b.data.cancel_url = "http://localhost:3000/cancel")],
     ["metadata with custom keys", (b: Body) => (b.metadata = { order_id: "42", "x-anything": "" })],
     ["metadata with 50 keys", (b: Body) => (b.metadata = keys(50))],
     ["metadata key of 40 characters", (b: Body) => (b.metadata = { ["k".repeat(40)]: "v" })],
     ["metadata value of 500 characters", (b: Body) => (b.metadata = { note: "v".repeat(500) })],
     ["metadata webhook of 2048", (b: Body) => (b.metadata = { webhook: `https://hooks.test/${"w".repeat(2048 - 19)}` })],
+    ["metadata webhook of 2048 characters, not ASCII", (b: Body) => (b.metadata = { webhook: `https://hooks.test/${"ü".repeat(2048 - 19)}` })],
     ["an empty metadata object", (b: Body) => (b.metadata = {})],
   ])("accepts %s and echoes it", async (_name, edit) => {
     const sent = body(edit);

@@ -84,6 +84,12 @@ describe("/openapi.json", () => {
     }
   });
 
+  it("names every 404 a sub-resource answers: its own beside the link's", async () => {
+    const doc = await (await fetch(`${stack.gatewayUrl}/openapi.json`)).json();
+    expect(doc.paths["/v1/links/{id}/payment"].get.responses["404"].description).toMatch(/`Link not found` or `Payment not found`/);
+    expect(doc.paths["/v1/links/{id}/events/{eventId}/redeliver"].post.responses["404"].description).toMatch(/`Link not found` or `Event not found`/);
+  });
+
   it("passes a standard OpenAPI linter (redocly lint, recommended rules)", async () => {
     const dir = await mkdtemp(join(tmpdir(), "paylink-openapi-"));
     try {

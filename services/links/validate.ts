@@ -14,7 +14,8 @@ import { isLinkId } from "../shared/ids.js";
 import { methodName, type StatusName, statusName } from "../shared/names.js";
 import { clientIdRequired, invalid } from "../shared/rpc-errors.js";
 
-const CONTROL = /[\x00-\x1f\x7f]/;
+/** C0 and C1 control characters and DEL: a header decoded as Latin-1 can carry any of them. */
+const CONTROL = /[\x00-\x1f\x7f-\x9f]/;
 export const DEFAULT_EXPIRES_IN = 43_200;
 const MAX_AMOUNT_MAJOR = 1_000_000_000n;
 const MAX_ITEMS = 100;
@@ -209,7 +210,8 @@ function httpUrl(path: string, value: string): string {
     url = undefined;
   }
   // ABSOLUTE_HTTP has settled the scheme.
-  if (!url || length(value) > 2048 || url.href.length > 2048) {
+  // The contract's bound is on the URL as sent; its percent-encoded form may be longer.
+  if (!url || length(value) > 2048) {
     throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
   }
   return value;
