@@ -8,8 +8,11 @@ import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ListLinksRequestSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { LinkService, LinkType, ListLinksRequestSchema } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { MAX_LIST_ANSWER_BYTES } from "../services/links/service.js";
 import { grpcFrame } from "./support/grpc-frame.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -68,6 +71,53 @@ describe("a page of large links", () => {
     const ids = [...first.body.data, ...rest.body.data].map((l: { id: string }) => l.id);
     expect(rest.body.has_more).toBe(false);
     expect(new Set(ids).size).toBe(LINKS);
+  });
+});
+
+describe("a batch of large links", () => {
+  it("fails with RESOURCE_EXHAUSTED once its answer would pass 4 MiB, and answers a batch under it", async () => {
+    const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+    const headers = await stack.merchantHeaders(CLIENT);
+    const ids = (await client.listLinks({ limit: 60 }, { headers })).links.map((link) => link.id);
+    const batch = (n: number) => ({ items: Array.from({ length: n }, (_, i) => ({ clientId: CLIENT, request: { id: ids[i % ids.length]! } })) });
+    expect((await client.batchGetLinks(batch(60), { headers })).results.every((r) => r.result.case === "response")).toBe(true);
+    for (const n of [100, 1000]) {
+      const err = ConnectError.from(await client.batchGetLinks(batch(n), { headers }).catch((e: unknown) => e));
+      expect(err.code, `${n} items`).toBe(Code.ResourceExhausted);
+      expect(err.rawMessage).toBe(`the answer would pass ${MAX_LIST_ANSWER_BYTES} bytes: ask for fewer links at once`);
+    }
+  });
+
+  it("is halved by the gateway: 200 REST gets of them at once all answer 200", async () => {
+    const ids = (await api(stack, "GET", "/v1/links?limit=100", { clientId: CLIENT })).body.data.map((link: { id: string }) => link.id);
+    const answers = await Promise.all(Array.from({ length: 200 }, (_, i) => api(stack, "GET", `/v1/links/${ids[i % ids.length]}`, { clientId: CLIENT })));
+    expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+  });
+});
+
+describe("the size of a link", () => {
+  it("is 64 KiB of text over gRPC too, as a REST body bounds it: one byte more is INVALID_ARGUMENT", async () => {
+    const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+    // 1,000 + 53 × 1,200 + (1 + 499) + (1 + 435) = 65,536 bytes of UTF-8 in data and metadata.
+    const link = (valueChars: number) => ({
+      type: LinkType.PAYMENT,
+      data: {
+        amount: { value: 100n, currency: "USD" },
+        description: "é".repeat(500),
+        items: Array.from({ length: 53 }, () => ({ name: "n".repeat(200), description: "d".repeat(1000), quantity: 1, amount: 0n })),
+      },
+      metadata: { k: "v".repeat(499), l: "v".repeat(valueChars) },
+    });
+    const headers = await stack.merchantHeaders(CLIENT);
+    const made = await client.createLink(link(435), { headers });
+    expect((await api(stack, "GET", `/v1/links/${made.link!.id}`, { clientId: CLIENT })).status).toBe(200);
+    const err = ConnectError.from(await client.createLink(link(436), { headers }).catch((e: unknown) => e));
+    expect(err.code).toBe(Code.InvalidArgument);
+    expect(err.rawMessage).toBe("data and metadata must hold at most 65536 bytes of text (64 KiB in UTF-8)");
+    // Each field was within its own bound: 100 items of 1,000 four-byte characters would have made a 400 KiB link.
+    const huge = link(0);
+    huge.data.items = Array.from({ length: 100 }, () => ({ name: "n", description: "😀".repeat(1000), quantity: 1, amount: 0n }));
+    expect(ConnectError.from(await client.createLink(huge, { headers }).catch((e: unknown) => e)).code).toBe(Code.InvalidArgument);
   });
 });
 

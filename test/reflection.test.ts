@@ -63,6 +63,21 @@ describe("gRPC server reflection", () => {
     expect(health).toEqual({ status: "SERVING" });
   });
 
+  it("lists each service once, the reflection services included (buf curl removes repeats; other clients do not)", async () => {
+    const client = createClient(ServerReflection, createGrpcTransport({ baseUrl: stack.linksUrl }));
+    async function* one() {
+      yield create(ServerReflectionRequestSchema, { messageRequest: { case: "listServices", value: "" } });
+    }
+    for await (const answer of client.serverReflectionInfo(one())) {
+      expect(answer.messageResponse.case).toBe("listServicesResponse");
+      const names = answer.messageResponse.case === "listServicesResponse" ? answer.messageResponse.value.service.map((s) => s.name) : [];
+      expect(names).toContain("grpc.reflection.v1.ServerReflection");
+      expect(names).toEqual([...new Set(names)]);
+      return;
+    }
+    throw new Error("no answer");
+  });
+
   it("finds a file by the name its importers use, and the error details every error carries", async () => {
     const client = createClient(ServerReflection, createGrpcTransport({ baseUrl: stack.linksUrl }));
     async function ask(messageRequest: ServerReflectionRequest["messageRequest"]) {

@@ -16,7 +16,8 @@ type Request = v1.ServerReflectionRequest;
 type Answer = v1.ServerReflectionResponse["messageResponse"];
 
 export function createReflection(served: DescService[], moreFiles: DescFile[] = []) {
-  const services = [...served, ...reflectionServices];
+  // Once each, whether or not `served` names the reflection services too.
+  const services = [...new Map([...served, ...reflectionServices].map((s) => [s.typeName, s])).values()];
   // By the name a client asks for and a descriptor imports ("paylink/v1/link_service.proto");
   // protobuf-es's DescFile.name leaves off the ".proto".
   const files = new Map<string, DescFile>();

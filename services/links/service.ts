@@ -1,9 +1,10 @@
 import { create, toBinary } from "@bufbuild/protobuf";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   type CreateLinkRequest,
   type CreateLinkResponse,
   CreateLinkResponseSchema,
+  type Link,
   LinkSchema,
   type LinkService,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
@@ -23,7 +24,7 @@ import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./record
 import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
 import { type Authenticator, callerOf } from "./auth.js";
-import { validateCreateLink, validateIdempotencyKey, validateListLinks } from "./validate.js";
+import { MAX_LINK_TEXT_BYTES, textBytes, validateCreateLink, validateIdempotencyKey, validateListLinks } from "./validate.js";
 
 export interface LinkServiceDeps {
   db: Db;
@@ -47,6 +48,32 @@ const MAX_BATCH_ITEMS = 1000;
  * 100 links with their 64 KiB of data each would be 6 MiB.
  */
 export const MAX_LIST_ANSWER_BYTES = 4 * 1024 * 1024 - 64 * 1024;
+/** A link's answer beyond its text (validate.ts: at most 64 KiB): ids, its url, times, amounts, protobuf's tags. */
+const LINK_FIELDS_BYTES = 4 * 1024;
+
+/**
+ * Counts a BatchGetLinks answer as its links come, for calls large enough to
+ * pass MAX_LIST_ANSWER_BYTES: past it, the call fails with RESOURCE_EXHAUSTED
+ * (ask for fewer at once; the gateway halves such a batch) and the links that
+ * come after are dropped as they arrive. Uncounted, 1,000 links of 64 KiB were
+ * a 64 MiB answer built in memory, and two such calls at once ran the
+ * LinkService out of its heap.
+ */
+function answerBudget(items: number) {
+  if (items * (MAX_LINK_TEXT_BYTES + LINK_FIELDS_BYTES) <= MAX_LIST_ANSWER_BYTES) return undefined;
+  const tooLarge = () =>
+    new ConnectError(`the answer would pass ${MAX_LIST_ANSWER_BYTES} bytes: ask for fewer links at once`, Code.ResourceExhausted);
+  let bytes = 0;
+  return {
+    take(link: Link | undefined) {
+      if (bytes > MAX_LIST_ANSWER_BYTES) throw tooLarge();
+      bytes += link ? textBytes(link.data, link.metadata) + LINK_FIELDS_BYTES : 0;
+    },
+    check() {
+      if (bytes > MAX_LIST_ANSWER_BYTES) throw tooLarge();
+    },
+  };
+}
 
 export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof LinkService> {
   const { db, clock, checkoutBaseUrl, batched } = deps;
@@ -119,7 +146,14 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     getLink: (req, ctx) => getOne(requireClientId(ctx), req.id),
 
     async batchGetLinks(req) {
-      return { results: await eachItem("BatchGetLinks", req.items, (clientId, item) => getOne(clientId, item.request?.id ?? "")) };
+      const budget = answerBudget(req.items.length);
+      const results = await eachItem("BatchGetLinks", req.items, async (clientId, item) => {
+        const answer = await getOne(clientId, item.request?.id ?? "");
+        budget?.take(answer.link);
+        return answer;
+      });
+      budget?.check();
+      return { results };
     },
 
     async batchCreateLinks(req, ctx) {

@@ -19,6 +19,13 @@ const CONTROL = /[\x00-\x1f\x7f-\x9f]/;
 export const DEFAULT_EXPIRES_IN = 43_200;
 const MAX_AMOUNT_MAJOR = 1_000_000_000n;
 const MAX_ITEMS = 100;
+/**
+ * Every string of a link's data and metadata together, in UTF-8: what a REST
+ * body of 64 KiB can hold at most (its JSON spells each string in at least
+ * its own bytes), so gRPC, whose messages may be 1 MiB, cannot make a link
+ * ten times larger (each field within its own bound, a link could pass 500 KiB).
+ */
+export const MAX_LINK_TEXT_BYTES = 65_536;
 
 export interface NewLink {
   expiresIn: number;
@@ -33,7 +40,24 @@ export function validateCreateLink(req: CreateLinkRequest): NewLink {
     throw invalid("expires_in must be an integer from 60 to 86400");
   }
   if (!req.data) throw invalid("data is required");
-  return { expiresIn, data: validateData(req.data), metadata: validateMetadata(req.metadata) };
+  const link = { expiresIn, data: validateData(req.data), metadata: validateMetadata(req.metadata) };
+  if (textBytes(link.data, link.metadata) > MAX_LINK_TEXT_BYTES) {
+    throw invalid(`data and metadata must hold at most ${MAX_LINK_TEXT_BYTES} bytes of text (64 KiB in UTF-8)`);
+  }
+  return link;
+}
+
+/** The bytes of every string of a link's data and metadata, in UTF-8. */
+export function textBytes(data: LinkData | undefined, metadata: Record<string, string>): number {
+  let bytes = 0;
+  for (const key in metadata) bytes += Buffer.byteLength(key) + Buffer.byteLength(metadata[key]!);
+  if (!data) return bytes;
+  const { customer } = data;
+  const strings = [data.description, data.merchantId, data.merchantName, data.redirectUrl, data.cancelUrl];
+  if (customer) strings.push(customer.name, customer.email, customer.phone);
+  for (const item of data.items) strings.push(item.name, item.description);
+  for (const value of strings) if (value !== undefined) bytes += Buffer.byteLength(value);
+  return bytes;
 }
 
 function validateData(data: LinkData): LinkData {

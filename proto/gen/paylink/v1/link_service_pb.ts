@@ -638,9 +638,10 @@ export const CompletePaymentResponseSchema: GenMessage<CompletePaymentResponse> 
  */
 export type BatchGetLinksRequest = Message<"paylink.v1.BatchGetLinksRequest"> & {
   /**
-   * At most 1000. The answer holds every link asked for, whatever its size:
-   * ask for fewer at once, or raise the client's maximum message size, when
-   * the links' data is large (up to 64 KiB each).
+   * At most 1000. A call whose answer would pass 4 MiB (the most a gRPC
+   * client reads by default) fails as a whole with RESOURCE_EXHAUSTED: ask
+   * for fewer links at once. Up to 50 items it never does: a link holds at
+   * most 64 KiB of text.
    *
    * @generated from field: repeated paylink.v1.BatchGetLinksRequest.Item items = 1;
    */
