@@ -79,3 +79,32 @@ it("still gives up at a near deadline", async () => {
   const answer = await call({ "content-type": "application/grpc", te: "trailers", "grpc-timeout": "1n" }, grpcFrame(message()));
   expect(answer.grpcStatus).toBe("4");
 });
+
+/** Sends the headers and one byte of a body that never ends; answers how long until the LinkService gave the stream up. */
+async function heldOpen(path: string, headers: Record<string, string>): Promise<number> {
+  const merchant = await stack.merchantHeaders("client-a");
+  const started = Date.now();
+  const req = session.request({ ":method": "POST", ":path": path, ...merchant, ...headers });
+  req.write(Buffer.from([0]));
+  req.on("error", () => {});
+  req.resume();
+  return new Promise((resolve) => {
+    const giveUp = setTimeout(() => resolve(Infinity), 5_000);
+    req.on("close", () => {
+      clearTimeout(giveUp);
+      resolve(Date.now() - started);
+    });
+  });
+}
+
+it.each([
+  ["gRPC+JSON call", "/paylink.v1.LinkService/GetCheckout", { "content-type": "application/grpc+json", te: "trailers", "grpc-timeout": "1S" }],
+  ["gRPC-Web call", "/paylink.v1.LinkService/GetCheckout", { "content-type": "application/grpc-web+proto", "grpc-timeout": "1S" }],
+  ["compressed gRPC call", "/paylink.v1.LinkService/GetCheckout", { "content-type": "application/grpc", te: "trailers", "grpc-encoding": "gzip", "grpc-timeout": "1S" }],
+  ["Connect call", "/paylink.v1.LinkService/GetCheckout", { "content-type": "application/json", "connect-protocol-version": "1", "connect-timeout-ms": "1000" }],
+  ["stream of batches", "/paylink.internal.v1.LinkBatchService/Batches", { "content-type": "application/grpc", te: "trailers", "grpc-timeout": "1S" }],
+])("gives up a %s whose body never ends a moment after its deadline, never holding the stream", async (_name, path, headers) => {
+  const ms = await heldOpen(path, headers);
+  expect(ms).toBeGreaterThanOrEqual(900);
+  expect(ms).toBeLessThan(3_000);
+});

@@ -29,7 +29,7 @@ import { internalAuth } from "./internal-auth.js";
 import { serviceRegistrar } from "./json-codec.js";
 import { retireSessionsThatStrandWrites } from "./stranded-writes.js";
 import { createReflection } from "./reflection.js";
-import { settleDeadlines } from "./deadlines.js";
+import { DEADLINE_GRACE_MS, settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
 import { serveMetrics } from "../shared/metrics.js";
 import { startSpan } from "../shared/telemetry.js";
@@ -144,7 +144,13 @@ export async function startLinksServer(opts: LinksServerOptions) {
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
   }), served);
   const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
-    settleDeadlines(req.headers);
+    const timeoutMs = settleDeadlines(req.headers);
+    // connect's adapter starts a call's deadline only once its body has
+    // arrived, and a stream of batches has none of its own.
+    if (timeoutMs !== undefined) {
+      const cut = setTimeout(() => req.stream.close(http2.constants.NGHTTP2_CANCEL), timeoutMs + DEADLINE_GRACE_MS);
+      req.stream.once("close", () => clearTimeout(cut));
+    }
     // Answered before the request was read to its end (a message over
     // MAX_MESSAGE_BYTES, say, or a stream of batches ended by a drain while
     // its caller never closes its side): after a moment for the client to
