@@ -1,5 +1,8 @@
 // Log lines never carry a failed query's values: they are links' api_keys and
 // webhooks, keys' hashes. A real query fails on the real PostgreSQL.
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { Writable } from "node:stream";
 import { sql } from "drizzle-orm";
 import { afterAll, describe, expect, it } from "vitest";
@@ -28,5 +31,28 @@ describe("the logger", () => {
       expect(logged.message).toContain('null value in column');
       expect(logged.stack).toMatch(/\n {4}at /);
     }
+  });
+
+  it("gives up a last flush whose reader has gone (EPIPE) instead of retrying it for good, so a process can exit", async () => {
+    // pino's flush at exit: sonic-boom 4.2.1 retried every error but EAGAIN
+    // every 100 ms, and a gateway whose log pipe had closed never exited
+    // (patches/sonic-boom+4.2.1.patch, as sonic-boom 5 does). Run apart:
+    // the retry loop blocks its thread.
+    const script = `
+      const fs = require("node:fs"), os = require("node:os"), path = require("node:path");
+      const SonicBoom = require("sonic-boom");
+      const fifo = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "paylink-epipe-")), "log");
+      require("node:child_process").execFileSync("mkfifo", [fifo]);
+      const reader = fs.openSync(fifo, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+      const fd = fs.openSync(fifo, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK);
+      fs.closeSync(reader);
+      const boom = new SonicBoom({ fd, minLength: 4096 });
+      boom.write("a line still queued at exit\\n");
+      try { boom.flushSync(); console.log("flushed"); } catch (err) { console.log("gave up: " + err.code); }
+      fs.rmSync(path.dirname(fifo), { recursive: true });
+      process.exit(0);`;
+    const root = fileURLToPath(new URL("..", import.meta.url));
+    const { stdout } = await promisify(execFile)(process.execPath, ["-e", script], { cwd: root, timeout: 10_000 });
+    expect(stdout.trim()).toBe("gave up: EPIPE");
   });
 });

@@ -254,6 +254,20 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  it("logs the span collector's URL without the user and password it may carry", async () => {
+    const silent = net.createServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const port = (silent.address() as net.AddressInfo).port;
+      const { output, lines } = await runMainWith(`async () => {}`, "SIGTERM", 1, { OTEL_EXPORTER_OTLP_ENDPOINT: `http://otuser:otelS3cret@127.0.0.1:${port}` });
+      expect(lines.find((line) => line.msg === "exporting spans (OpenTelemetry)")).toMatchObject({ endpoint: `http://127.0.0.1:${port}/` });
+      expect(output).not.toContain("otelS3cret");
+      expect(output).not.toContain("otuser");
+    } finally {
+      silent.close();
+    }
+  });
+
   it.each(["SIGTERM", "SIGINT"] as const)("a %s repeated while the drain runs is the same stop: it finishes, and exits 0", async (signal) => {
     const { code, output, lines } = await runMainWith(`() => new Promise((resolve) => setTimeout(resolve, 1000))`, signal, 3);
     expect(code, output).toBe(0);

@@ -29,7 +29,7 @@ export async function runMain(
   try {
     // OTEL_EXPORTER_OTLP_ENDPOINT turns span export on; without it nothing is loaded.
     const telemetry = await startTelemetry(name);
-    if (telemetry) logger.info({ endpoint: process.env.OTEL_EXPORTER_OTLP_ENDPOINT }, "exporting spans (OpenTelemetry)");
+    if (telemetry) logger.info({ endpoint: withoutCredentials(process.env.OTEL_EXPORTER_OTLP_ENDPOINT!) }, "exporting spans (OpenTelemetry)");
     const started = await start(config, logger);
     running = {
       async close() {
@@ -76,4 +76,12 @@ export async function runMain(
     process.channel.unref();
     process.once("disconnect", () => void stop("npm start exited"));
   }
+}
+
+/** A collector's URL as a log line may show it: user and password may be credentials (startTelemetry has checked it is a URL). */
+function withoutCredentials(endpoint: string): string {
+  const url = new URL(endpoint);
+  url.username = "";
+  url.password = "";
+  return url.href;
 }
