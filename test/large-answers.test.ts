@@ -81,6 +81,10 @@ describe("a batch of large links", () => {
     const ids = (await client.listLinks({ limit: 60 }, { headers })).links.map((link) => link.id);
     const batch = (n: number) => ({ items: Array.from({ length: n }, (_, i) => ({ clientId: CLIENT, request: { id: ids[i % ids.length]! } })) });
     expect((await client.batchGetLinks(batch(60), { headers })).results.every((r) => r.result.case === "response")).toBe(true);
+    // Small links are counted as what they are: 1,000 of them answer.
+    const small = (await api(stack, "POST", "/v1/links", { clientId: CLIENT, body: validLink({ metadata: { webhook: "https://hooks.test/paid" } }) })).body.id;
+    const smalls = { items: Array.from({ length: 1000 }, () => ({ clientId: CLIENT, request: { id: small } })) };
+    expect((await client.batchGetLinks(smalls, { headers })).results.filter((r) => r.result.case === "response")).toHaveLength(1000);
     for (const n of [100, 1000]) {
       const err = ConnectError.from(await client.batchGetLinks(batch(n), { headers }).catch((e: unknown) => e));
       expect(err.code, `${n} items`).toBe(Code.ResourceExhausted);

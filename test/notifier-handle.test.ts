@@ -100,7 +100,7 @@ function handlerFor(
   return { handle, deadLetters, recorded, delivered, steps };
 }
 
-function message(old = false) {
+function message(old = false, redeliveryCount = 0) {
   const event = create(EventSchema, {
     id: EVENT_ID,
     occurredAt: timestampFromDate(new Date()),
@@ -120,7 +120,7 @@ function message(old = false) {
     data: toBinary(EventSchema, event),
     subject: "paylink.events.payment.completed",
     seq: 1,
-    info: { deliveryCount: 1 },
+    info: { deliveryCount: redeliveryCount + 1, redeliveryCount },
     ack: () => (seen.acked = true),
     nak: (delay?: number) => (seen.nakDelay = delay),
     working: () => {},
@@ -264,6 +264,24 @@ describe("the LinkService's answer", () => {
     expect(deadLetters[0]!.headers.get("Paylink-Last-Error")).toBe("connection refused");
     expect(deadLetters[0]!.headers.get("Paylink-Event-Id")).toBe(EVENT_ID);
   });
+
+  it.each([
+    [0, 30_000],
+    [3, 240_000],
+    [10, 3_600_000],
+  ])(
+    "DEAD_LETTER on a stream that refuses it: two tries, never the long retry, and the copy comes back later each time (redelivered %i times: %i ms)",
+    async (redeliveries, again) => {
+      const { handle, deadLetters, steps } = handlerFor({ action: StartAttemptAction.DEAD_LETTER, attempt: 4, lastError: "HTTP 503" }, failed, {
+        publishFailures: Infinity,
+      });
+      const { msg, seen } = message(false, redeliveries);
+      await handle(msg);
+      expect(seen).toEqual({ acked: false, nakDelay: again });
+      expect(steps).toEqual(["publish refused", "stream ensured", "publish refused"]);
+      expect(deadLetters).toEqual([]);
+    },
+  );
 
   it("WAIT: the copy comes back after the time the LinkService names", async () => {
     const { handle, delivered } = handlerFor({ action: StartAttemptAction.WAIT, retryInMs: 1234 }, failed);

@@ -126,7 +126,10 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     if (!row) return skip("unknown event");
     if (req.generation < row.generation) return skip("superseded by a redelivery");
     if (row.status === "failed" && row.deadLetter !== null && req.generation === row.generation) {
-      // The notifier that recorded the failure never confirmed its dead letter (it died, or the stream refused it).
+      // The notifier that recorded the failure never confirmed its dead letter
+      // (it died, or the stream refused it). A copy is at it now: reconciliation
+      // need not publish another for a window.
+      await store.updateDelivery(tx, row.eventId, { reconcileAt: now });
       return create(StartAttemptResponseSchema, {
         action: StartAttemptAction.DEAD_LETTER,
         attempt: await attemptsMade(tx, row),

@@ -48,7 +48,7 @@ const MAX_BATCH_ITEMS = 1000;
  * 100 links with their 64 KiB of data each would be 6 MiB.
  */
 export const MAX_LIST_ANSWER_BYTES = 4 * 1024 * 1024 - 64 * 1024;
-/** A link's answer beyond its text (validate.ts: at most 64 KiB): ids, its url, times, amounts, protobuf's tags. */
+/** The most a link's answer takes beyond its text (validate.ts: at most 64 KiB): ids, its url, times, amounts, tags. */
 const LINK_FIELDS_BYTES = 4 * 1024;
 
 /**
@@ -67,7 +67,7 @@ function answerBudget(items: number) {
   return {
     take(link: Link | undefined) {
       if (bytes > MAX_LIST_ANSWER_BYTES) throw tooLarge();
-      bytes += link ? textBytes(link.data, link.metadata) + LINK_FIELDS_BYTES : 0;
+      if (link) bytes += textBytes(link.data, link.metadata) + link.id.length + link.url.length + link.clientId.length + 64 + 16 * (link.data?.items.length ?? 0);
     },
     check() {
       if (bytes > MAX_LIST_ANSWER_BYTES) throw tooLarge();

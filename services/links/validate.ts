@@ -14,8 +14,11 @@ import { isLinkId } from "../shared/ids.js";
 import { methodName, type StatusName, statusName } from "../shared/names.js";
 import { clientIdRequired, invalid } from "../shared/rpc-errors.js";
 
-/** C0 and C1 control characters and DEL: a header decoded as Latin-1 can carry any of them. */
-const CONTROL = /[\x00-\x1f\x7f-\x9f]/;
+/**
+ * C0 control characters and DEL. Not C1 (U+0080 to U+009F): a header is read
+ * as Latin-1, so a client id sent as UTF-8 ("shop-€" is E2 82 AC) holds them.
+ */
+const CONTROL = /[\x00-\x1f\x7f]/;
 export const DEFAULT_EXPIRES_IN = 43_200;
 const MAX_AMOUNT_MAJOR = 1_000_000_000n;
 const MAX_ITEMS = 100;

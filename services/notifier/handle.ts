@@ -52,8 +52,13 @@ export interface HandlerDeps {
  */
 const DEFER_MS = 5_000;
 const DEFER_MAX_MS = 30_000;
-/** How soon a copy handed back for a dead letter the stream would not take comes again. */
+/**
+ * How soon a copy handed back for a dead letter the stream would not take
+ * comes again, doubled with each of its redeliveries up to an hour: while the
+ * stream refuses, such copies must not crowd out the webhooks still owed.
+ */
 const DEAD_LETTER_AGAIN_MS = 30_000;
+const DEAD_LETTER_AGAIN_MAX_MS = 3_600_000;
 
 /** ±10 %: receivers that failed together should not be retried together. */
 const JITTER = 0.1;
@@ -110,23 +115,33 @@ export function createHandler(deps: HandlerDeps) {
   /**
    * Publishes an event's dead letter (ids only), then tells the LinkService,
    * which owes it until told: a copy of the event comes back for it if this
-   * notifier dies first, or if the dead-letter stream will not take it for
-   * recordForMs (made again between tries: an operator may have deleted it).
+   * notifier dies first, or if the dead-letter stream will not take it (made
+   * again between tries: an operator may have deleted it). Right after the
+   * last attempt it is tried for recordForMs; a copy that came back for it
+   * tries twice, and comes back later each time, so that copies waiting on a
+   * broken stream never hold the slots the webhooks still owed need.
    */
-  async function sendDeadLetter(msg: JsMsg, ids: Event, generation: number, attempts: number, kind: string, detail: string, log: Logger) {
+  async function sendDeadLetter(
+    msg: JsMsg,
+    ids: Event,
+    generation: number,
+    failure: { attempts: number; kind: string; detail: string; afterLastAttempt: boolean },
+    log: Logger,
+  ) {
+    const { attempts, kind, detail } = failure;
     const body = toBinary(EventSchema, ids);
+    const publish = () => deadLetter(msg, ids.id, `${ids.id}.${generation}`, body, attempts, kind, detail);
+    const remake = async (err: unknown) => {
+      log.warn({ err }, "cannot publish the dead letter yet; retrying");
+      await deps.ensureDeadLetterStream?.().catch(() => {});
+    };
     try {
-      await keepTrying(
-        msg,
-        () => deadLetter(msg, ids.id, `${ids.id}.${generation}`, body, attempts, kind, detail),
-        async (err) => {
-          log.warn({ err }, "cannot publish the dead letter yet; retrying");
-          await deps.ensureDeadLetterStream?.().catch(() => {});
-        },
-      );
+      if (failure.afterLastAttempt) await keepTrying(msg, publish, remake);
+      else await publish().catch(async (err: unknown) => (await remake(err), publish()));
     } catch (err) {
-      log.error({ err, attempts, lastError: detail }, "cannot publish the dead letter; the event comes back for it");
-      msg.nak(DEAD_LETTER_AGAIN_MS);
+      const again = Math.min(DEAD_LETTER_AGAIN_MAX_MS, DEAD_LETTER_AGAIN_MS * 2 ** Math.min(msg.info.redeliveryCount, 7));
+      log.error({ err, attempts, lastError: detail, againInMs: again }, "cannot publish the dead letter; the event comes back for it");
+      msg.nak(again);
       return;
     }
     // Unconfirmed, reconciliation has it published again (a second copy, if
@@ -198,7 +213,8 @@ export function createHandler(deps: HandlerDeps) {
     }
     if (start.action === StartAttemptAction.DEAD_LETTER) {
       log.warn({ attempts: start.attempt }, "the event failed, and its dead letter was never confirmed: publishing it");
-      return sendDeadLetter(msg, ids, generation, start.attempt, start.lastError, start.lastError, log);
+      const failure = { attempts: start.attempt, kind: start.lastError, detail: start.lastError, afterLastAttempt: false };
+      return sendDeadLetter(msg, ids, generation, failure, log);
     }
     if (start.action !== StartAttemptAction.DELIVER) {
       metrics.inc("skipped");
@@ -249,7 +265,7 @@ export function createHandler(deps: HandlerDeps) {
         msg.ack();
         return;
       }
-      return sendDeadLetter(msg, ids, generation, attempt, outcome.category, outcome.error, log);
+      return sendDeadLetter(msg, ids, generation, { attempts: attempt, kind: outcome.category, detail: outcome.error, afterLastAttempt: true }, log);
     }
     switch (outcome.kind) {
       case "delivered":
