@@ -8,6 +8,8 @@ import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { newSecret } from "../services/links/auth.js";
+import { DatabaseTimeout } from "../services/links/db-errors.js";
+import { createDbProbe } from "../services/links/db-probe.js";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
 
@@ -186,6 +188,28 @@ describe("PostgreSQL unavailable", () => {
     } finally {
       pg.thaw();
     }
+    await recoversFast();
+  });
+
+  it("the gate's probe asks PostgreSQL every time it probes: no driver back-off hides the server's return", async () => {
+    // The gate probes every 250 ms. postgres.js's default back-off after failed
+    // connects (up to 20 s) had made the fifth or sixth probe of an outage wait
+    // past its 1 s timeout, and a probe that began just before the server came
+    // back could hold the gate shut for a second more.
+    const probe = createDbProbe(pg.url);
+    await pg.stop();
+    try {
+      for (let i = 0; i < 8; i++) {
+        const err = await probe.probe().then(() => undefined, (e: unknown) => e);
+        expect(err, `probe ${i + 1} of the outage`).toBeDefined();
+        expect(err, `probe ${i + 1} of the outage waited out its timeout instead of asking`).not.toBeInstanceOf(DatabaseTimeout);
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    } finally {
+      await pg.start();
+    }
+    await expect(probe.probe()).resolves.toBeUndefined();
+    await probe.close();
     await recoversFast();
   });
 

@@ -5,7 +5,11 @@ import postgres from "postgres";
 import { DatabaseTimeout } from "./db-errors.js";
 
 export function createDbProbe(url: string, timeoutMs = 1_000) {
-  const open = () => postgres(url, { max: 1, connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)), onnotice: () => {} });
+  // No back-off between connects: the gate already paces its probes, and the
+  // driver's default (growing to 20 s) made a probe during an outage wait out
+  // its own timeout, so the gate opened up to a second after the server was back.
+  const open = () =>
+    postgres(url, { max: 1, connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)), backoff: () => 0, onnotice: () => {} });
   let sql = open();
   return {
     async probe(): Promise<void> {
