@@ -109,6 +109,14 @@ describe("GET /link/{id}", () => {
     expect(both.html).toContain('value="bank_transfer"');
   });
 
+  it("names no merchant where merchant_name holds only blanks: not in the title, the header or the success message", async () => {
+    const { html } = await page(await createLink({ merchant_name: "   ", cancel_url: "https://shop.example/cart" }));
+    expect(html).toMatch(/<title>Pay \$\d+\.\d\d<\/title>/);
+    expect(html).toContain("<h1>Payment request</h1>");
+    expect(html).toMatch(/<p>You paid \$\d+\.\d\d\. You can close this page\.<\/p>/);
+    expect(html).toContain(">Cancel and return to the merchant</a>");
+  });
+
   it("links the cancel action to cancel_url and shows none without one", async () => {
     const withCancel = await page(await createLink({ merchant_name: "Acme", cancel_url: "https://shop.example/cart?x=1&y=2" }));
     expect(withCancel.html).toContain('href="https://shop.example/cart?x=1&amp;y=2">Cancel and return to Acme</a>');

@@ -15,8 +15,11 @@ export interface PageOptions {
 
 const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer: "Bank transfer" };
 
+/** The merchant's name as the customer should see it, or undefined for none or only blanks. */
+const merchantNameOf = (data: LinkData | undefined) => data?.merchantName?.trim() || undefined;
+
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
-  const merchant = data?.merchantName?.trim() || "Payment request";
+  const merchant = merchantNameOf(data) ?? "Payment request";
   return html`<header class="merchant">
   <span class="avatar" aria-hidden="true">${initialOf(merchant)}</span>
   <div class="merchant-text"><p class="eyebrow">${eyebrow}</p><h1>${merchant}</h1></div>
@@ -34,6 +37,7 @@ export function checkoutPage(checkout: Checkout, opts: PageOptions): string {
   const offersCard = methods.includes(PaymentMethod.CARD);
   const customer = data.customer;
   const cancelUrl = canonicalHttpUrl(data.cancelUrl);
+  const merchant = merchantNameOf(data);
   const expiresAt = checkout.expiresAt ? formatExpiry(timestampDate(checkout.expiresAt)) : undefined;
 
   const items = data.items.length
@@ -104,12 +108,12 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
     </div>
     <div id="status" class="status" role="status" aria-live="assertive" aria-atomic="true"></div>
     <button type="submit" id="pay-button" class="button pay">Pay ${total}</button>
-    ${cancelUrl ? html`<a id="cancel-link" class="button secondary" href="${cancelUrl}">Cancel and return to ${data.merchantName?.trim() || "the merchant"}</a>` : ""}
+    ${cancelUrl ? html`<a id="cancel-link" class="button secondary" href="${cancelUrl}">Cancel and return to ${merchant ?? "the merchant"}</a>` : ""}
   </form>
   <div id="success" class="done" tabindex="-1" hidden>
     <div class="icon ok" aria-hidden="true">✓</div>
     <h2>Payment complete</h2>
-    <p>You paid ${total}${data.merchantName ? html` to ${data.merchantName}` : ""}. You can close this page.</p>
+    <p>You paid ${total}${merchant ? html` to ${merchant}` : ""}. You can close this page.</p>
     <p class="mono">Payment <span id="payment-id"></span></p>
   </div>
 </section>
@@ -118,7 +122,7 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
   ${expiresAt ? html`<p id="expiry-note">This payment link expires ${expiresAt}.</p>` : ""}
 </footer>
 </main>`;
-  return documentOf(`Pay ${total}${data.merchantName ? ` to ${data.merchantName}` : ""}`, body, { script: true });
+  return documentOf(`Pay ${total}${merchant ? ` to ${merchant}` : ""}`, body, { script: true });
 }
 
 /** What the browser would follow: the URL's canonical form, for http and https only. */
