@@ -9,7 +9,7 @@
 import type { FastifyRequest } from "fastify";
 import { ConnectError } from "@connectrpc/connect";
 import type { AuthMode } from "../services/shared/config.js";
-import type { Caller, Clients } from "./clients.js";
+import { type Caller, callerHeaders, type Clients } from "./clients.js";
 import { httpErrorOf } from "./errors.js";
 import { headerCount, headerValues } from "./routing.js";
 import { forwardTrace } from "./trace.js";
@@ -49,12 +49,7 @@ function authorizationOf(req: FastifyRequest): string | undefined {
 
 /** The same, as call options: the headers of a call that is not batched. */
 export function asCaller(req: FastifyRequest): { headers: Record<string, string> } {
-  const { clientId, authorization, requestId, traceparent } = caller(req);
-  const headers: Record<string, string> = { "client-id": clientId };
-  if (authorization !== undefined) headers.authorization = authorization;
-  if (traceparent !== undefined) headers.traceparent = traceparent;
-  if (requestId !== undefined) headers["x-request-id"] = requestId;
-  return { headers };
+  return { headers: callerHeaders(caller(req)) };
 }
 
 /** Check 1 passed: the request names one client. */

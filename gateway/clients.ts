@@ -79,7 +79,14 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
       transport.close();
     },
     getLink: (caller: Caller, id: string) => gets.add({ value: { caller, id }, deadline: due() }),
-    createLink: (caller: Caller, request: CreateLinkRequest) => creates.add({ value: { caller, request }, deadline: due() }),
+    // A create with an Idempotency-Key runs in a transaction of its own and
+    // can wait on its key's lock (another request with the key in flight):
+    // batched, it held every create queued behind it, and the answers of
+    // batch-mates that had committed at once, until its deadline.
+    createLink: (caller: Caller, request: CreateLinkRequest) =>
+      request.idempotencyKey === undefined
+        ? creates.add({ value: { caller, request }, deadline: due() })
+        : links.createLink(request, { headers: callerHeaders(caller) }),
     async ready(): Promise<boolean> {
       try {
         const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: READY_DEADLINE_MS });
@@ -89,6 +96,15 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
       }
     },
   };
+}
+
+/** The caller as the headers of a call that is not batched. */
+export function callerHeaders({ clientId, authorization, requestId, traceparent }: Caller): Record<string, string> {
+  const headers: Record<string, string> = { "client-id": clientId };
+  if (authorization !== undefined) headers.authorization = authorization;
+  if (traceparent !== undefined) headers.traceparent = traceparent;
+  if (requestId !== undefined) headers["x-request-id"] = requestId;
+  return headers;
 }
 
 /**

@@ -6,6 +6,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { sql } from "drizzle-orm";
 import { pino } from "pino";
+import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   CreateLinkRequestSchema,
@@ -289,6 +290,40 @@ describe("Idempotency-Key", () => {
     const again = await post(me, "answered", validLink());
     expect(again.headers.get("idempotent-replayed")).toBe("true");
     expect(again.body.id).toBe(first.body.id);
+  });
+
+  it("never holds up anyone else's create while a create with a key waits on its key", async () => {
+    const [me, other] = [uniqueClient(), uniqueClient()];
+    // Another transaction holds the keys' locks, as a slow first request with each key would.
+    const holder = postgres(stack.databaseUrl, { max: 1, onnotice: () => {} });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => (locked = resolve));
+    const holding = holder.begin(async (tx) => {
+      for (const key of ["slow-a", "slow-b"]) await tx`SELECT pg_advisory_xact_lock(hashtextextended(${me} || chr(31) || ${key}, 0))`;
+      locked();
+      await released;
+    });
+    try {
+      await isLocked;
+      const slowA = post(me, "slow-a", validLink());
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const slowB = post(me, "slow-b", validLink());
+      const started = performance.now();
+      const plain = await api(stack, "POST", "/v1/links", { clientId: other, body: validLink() });
+      const ms = performance.now() - started;
+      // Batched behind the waiting creates, it had answered 503 after 1.8 s, its link committed.
+      expect(plain.status, plain.text).toBe(201);
+      expect(ms, `answered after ${Math.round(ms)} ms`).toBeLessThan(1_000);
+      release();
+      expect((await slowA).status).toBe(201);
+      expect((await slowB).status).toBe(201);
+    } finally {
+      release();
+      await holding;
+      await holder.end();
+    }
   });
 
   it("keeps keys per client", async () => {
