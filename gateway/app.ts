@@ -35,6 +35,9 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       requestTimeout,
       headersTimeout: Math.min(60_000, requestTimeout),
       connectionsCheckingInterval: Math.min(1000, requestTimeout),
+      // An HTTP/1.1 request without Host is refused below, in the contract's
+      // shape; Node's own refusal had no body and no X-Request-Id.
+      requireHostHeader: false,
     } as object,
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit: BODY_LIMIT,
@@ -97,6 +100,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   }
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
+    // RFC 9112 §3.2: a server must refuse an HTTP/1.1 request that names no host.
+    if (req.headers.host === undefined && req.raw.httpVersion === "1.1") {
+      reply.header("cache-control", "no-store");
+      throw badRequest("Host header is required");
+    }
   });
   deps.metrics?.register(app);
   endSpans(app);

@@ -287,6 +287,19 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     expect(res.body).toEqual({ error: "Malformed HTTP request" });
   });
 
+  it("answers an HTTP/1.1 request without Host with 400 in the contract's shape, and serves HTTP/1.0 without one", async () => {
+    for (const path of ["/v1/links/abc", "/healthz"]) {
+      const res = parse(await rawRequest(`GET ${path} HTTP/1.1\r\nClient-Id: client-a\r\nConnection: close\r\n\r\n`));
+      expect(res.statusLine, path).toBe("HTTP/1.1 400 Bad Request");
+      expect(res.body, path).toEqual({ error: "Host header is required" });
+      expect(res.head).toContain("content-type: application/json; charset=utf-8");
+      expect(res.head).toContain("cache-control: no-store");
+      expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+    }
+    const old = parse(await rawRequest("GET /healthz HTTP/1.0\r\n\r\n"));
+    expect(old.statusLine).toBe("HTTP/1.1 200 OK");
+  });
+
   it("refuses a JSON body that is not UTF-8", async () => {
     const body = Buffer.concat([
       Buffer.from('{"type":"payment","data":{"amount":{"value":1,"currency":"USD"},"description":"'),
