@@ -1,8 +1,9 @@
 // Settings are parsed once at start-up; a bad value stops the process with a
 // message that names the variable.
 import { spawnSync } from "node:child_process";
+import net from "node:net";
 import Fastify from "fastify";
-import { describe, expect, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import { natsHostPort } from "../services/dev/nats-server.js";
 import { ConfigError, loadConfig } from "../services/shared/config.js";
 
@@ -191,6 +192,53 @@ describe("start:links without DATABASE_URL", () => {
     });
     expect(run.status).toBe(1);
     expect(run.stderr).toContain("links: configuration error: DATABASE_URL is required for start:links");
+  });
+});
+
+describe("a start-up the operator must fix: one line naming the setting, no stack trace", () => {
+  const runEntry = (entry: string, env: Record<string, string>) =>
+    spawnSync(process.execPath, ["--import", "tsx", entry], {
+      env: { ...process.env, PAYLINK_ENV: "test", NATS_PREFIX: "configtest", DATABASE_URL: inject("databaseUrl"), ...env },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+  const expectOneLine = (run: ReturnType<typeof runEntry>, line: string) => {
+    expect(run.status, run.stderr).toBe(1);
+    expect(run.stderr).toContain(line);
+    expect(run.stderr + run.stdout).not.toMatch(/\n\s+at /);
+  };
+
+  it.each([
+    ["GATEWAY_PORT", "gateway/main.ts", "gateway", "GATEWAY_METRICS_PORT"],
+    ["GATEWAY_METRICS_PORT", "gateway/main.ts", "gateway", "GATEWAY_PORT"],
+    ["LINKS_PORT", "services/links/main.ts", "links", "LINKS_METRICS_PORT"],
+    ["LINKS_METRICS_PORT", "services/links/main.ts", "links", "LINKS_PORT"],
+    ["NOTIFIER_PORT", "services/notifier/main.ts", "notifier", undefined],
+  ])("%s held by another program (%s)", async (setting, entry, name, other) => {
+    const holder = net.createServer();
+    await new Promise<void>((resolve) => holder.listen(0, "0.0.0.0", resolve));
+    const spare = net.createServer();
+    await new Promise<void>((resolve) => spare.listen(0, "127.0.0.1", resolve));
+    const held = (holder.address() as net.AddressInfo).port;
+    const free = (spare.address() as net.AddressInfo).port;
+    await new Promise((resolve) => spare.close(resolve));
+    try {
+      const run = runEntry(entry, { [setting]: String(held), ...(other && { [other]: String(free) }) });
+      expectOneLine(run, `${name}: start-up failed: ${setting} ${held} is in use by another program: stop it, or set ${setting} to a free port`);
+    } finally {
+      holder.close();
+    }
+  });
+
+  it.each([
+    ["a database that does not exist", (url: URL) => (url.pathname = "/no_such_paylink_db"), 'database "no_such_paylink_db" does not exist'],
+    ["a role that does not exist", (url: URL) => ((url.username = "no_such_role"), (url.password = "hunter2-secret")), 'role "no_such_role" does not exist'],
+  ])("start:links with %s", (_what, change, reason) => {
+    const url = new URL(inject("databaseUrl"));
+    change(url);
+    const run = runEntry("services/links/main.ts", { DATABASE_URL: url.toString() });
+    expectOneLine(run, `links: start-up failed: the database DATABASE_URL names (${url.hostname}:${url.port}${url.pathname}) cannot be used: ${reason}`);
+    expect(run.stderr + run.stdout).not.toContain("hunter2-secret");
   });
 });
 

@@ -2,6 +2,7 @@
 // retry: the caller gets UNAVAILABLE, the gateway a 503), as opposed to a
 // fault in our own code (INTERNAL, a 500).
 import { Code, ConnectError } from "@connectrpc/connect";
+import { StartupError } from "../shared/startup-error.js";
 
 // postgres.js's own codes for connections it could not make or lost.
 const DRIVER_CODES = new Set([
@@ -51,3 +52,19 @@ export function isUniqueViolation(err: unknown, constraint?: string): boolean {
   }
   return false;
 }
+
+// What keeps start-up from the database that DATABASE_URL, not the code, must
+// fix: no such database (3D000), the role or password refused (class 28).
+const SETTING_SQLSTATE = /^(3D000|28...)$/;
+
+/** For start-up's catch: a database that cannot be reached or used becomes a StartupError naming DATABASE_URL. */
+export const nameDatabaseFailure =
+  (url: string) =>
+  (err: unknown): never => {
+    const code = (err as { code?: unknown }).code;
+    if (!isDatabaseUnavailable(err) && !(typeof code === "string" && SETTING_SQLSTATE.test(code))) throw err;
+    // Where, never who: the URL may hold a password.
+    const { hostname, port, pathname } = new URL(url);
+    const where = `${hostname}${port ? `:${port}` : ""}${pathname}`;
+    throw new StartupError(`the database DATABASE_URL names (${where}) cannot be used: ${(err as Error).message}`, { cause: err });
+  };

@@ -3,8 +3,10 @@ import { systemClock } from "../shared/clock.js";
 import { ConfigError, requireInternalToken } from "../shared/config.js";
 import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
+import { namePorts } from "../shared/startup-error.js";
 import { createCaptureRetrier } from "./captures.js";
 import { createDb, migrateDb } from "./db.js";
+import { nameDatabaseFailure } from "./db-errors.js";
 import { createLinksMetrics } from "./metrics.js";
 import { survivePostgresDriverBug } from "./driver-guard.js";
 import { createSandboxProcessor } from "./processor.js";
@@ -19,7 +21,7 @@ await runMain("links", async (config, logger) => {
   if (!config.databaseUrl) {
     throw new ConfigError("DATABASE_URL is required for start:links (npm start provides an embedded PostgreSQL)");
   }
-  await migrateDb(config.databaseUrl);
+  await migrateDb(config.databaseUrl).catch(nameDatabaseFailure(config.databaseUrl));
   const { db, probe: probeDb, close: closeDb } = createDb(config.databaseUrl);
   const clock = systemClock;
   const metrics = createLinksMetrics({ db, clock });
@@ -61,7 +63,7 @@ await runMain("links", async (config, logger) => {
     metrics,
     metricsPort: config.linksMetricsPort,
     probeDb,
-  });
+  }).catch(namePorts({ LINKS_PORT: config.linksPort, LINKS_METRICS_PORT: config.linksMetricsPort }));
   relay.start(); // never waits for NATS: connects and catches up in the background
   sweeper.start();
   reconciler.start();

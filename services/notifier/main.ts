@@ -3,6 +3,7 @@
 import { redactNatsUrl, requireInternalToken } from "../shared/config.js";
 import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
+import { namePorts } from "../shared/startup-error.js";
 import { startNotifier } from "./notifier.js";
 
 await runMain("notifier", async (config, logger) => {
@@ -16,7 +17,7 @@ await runMain("notifier", async (config, logger) => {
     retrySchedule: config.webhookRetrySchedule,
     logger,
     port: config.notifierPort,
-  });
+  }).catch(namePorts({ NOTIFIER_PORT: config.notifierPort }));
   logger.info(
     { port: notifier.port, env: config.env, natsUrl: redactNatsUrl(config.natsUrl), retrySchedule: config.webhookRetrySchedule },
     "notifier health and metrics listening",

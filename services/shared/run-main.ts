@@ -2,6 +2,7 @@
 // start-up with a message naming it), start, and drain on SIGTERM/SIGINT.
 import { type Config, ConfigError, loadConfig } from "./config.js";
 import { createLogger, type Logger } from "./logger.js";
+import { StartupError } from "./startup-error.js";
 import { startTelemetry } from "./telemetry.js";
 import { withTimeout } from "./with-timeout.js";
 
@@ -12,9 +13,11 @@ export async function runMain(
   name: string,
   start: (config: Config, logger: Logger) => Promise<{ close(): Promise<void> }>,
 ): Promise<void> {
+  // A setting the operator must fix: one line naming it, no stack trace.
   const configError = (err: unknown) => {
-    if (!(err instanceof ConfigError)) return false;
-    console.error(`${name}: configuration error: ${err.message}`);
+    if (err instanceof ConfigError) console.error(`${name}: configuration error: ${err.message}`);
+    else if (err instanceof StartupError) console.error(`${name}: start-up failed: ${err.message}`);
+    else return false;
     process.exit(1);
   };
   let config: Config;
