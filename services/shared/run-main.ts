@@ -14,7 +14,7 @@ export async function runMain(
   start: (config: Config, logger: Logger) => Promise<{ close(): Promise<void> }>,
 ): Promise<void> {
   // A setting the operator must fix: one line naming it, no stack trace.
-  const configError = (err: unknown) => {
+  const refusedToStart = (err: unknown) => {
     if (err instanceof ConfigError) console.error(`${name}: configuration error: ${err.message}`);
     else if (err instanceof StartupError) console.error(`${name}: start-up failed: ${err.message}`);
     else return false;
@@ -24,7 +24,7 @@ export async function runMain(
   try {
     config = loadConfig();
   } catch (err) {
-    if (!configError(err)) throw err;
+    if (!refusedToStart(err)) throw err;
     return;
   }
   const logger = createLogger(name, config.logLevel);
@@ -47,7 +47,7 @@ export async function runMain(
     };
   } catch (err) {
     // A setting only this process needs (INTERNAL_TOKEN, say) is checked in start.
-    if (!configError(err)) logger.fatal({ err }, "start-up failed");
+    if (!refusedToStart(err)) logger.fatal({ err }, "start-up failed");
     process.exit(1);
   }
   let stopping = false;
