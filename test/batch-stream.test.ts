@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BatchesRequestSchema, LinkBatchService } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
 import {
   BatchCreateLinksRequestSchema,
@@ -207,4 +207,93 @@ it.each([
     for (const session of sessions) session.destroy();
     await new Promise((resolve) => server.close(resolve));
   }
+});
+
+describe("a caller that does not read its answers", () => {
+  // A LinkService of counted calls whose every answer is a 100 KB link.
+  function countedStreams(opts: { holdCreates?: Promise<void> } = {}) {
+    const seen = { calls: 0 };
+    const streams = createBatchStreams({
+      links: {
+        batchGetLinks: async (req) => {
+          seen.calls++;
+          return {
+            results: req.items.map((i) => ({
+              result: { case: "response" as const, value: { link: { id: i.request!.id, data: { description: "x".repeat(100_000) } } } },
+            })),
+          };
+        },
+        batchCreateLinks: async () => {
+          seen.calls++;
+          await opts.holdCreates;
+          return { results: [] };
+        },
+      },
+      readMaxBytes: 1024 * 1024,
+      toRpcError: (err) => ConnectError.from(err),
+    });
+    return { seen, streams };
+  }
+  async function serve(handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void) {
+    const server = http2.createServer(handler);
+    const sessions: http2.ServerHttp2Session[] = [];
+    server.on("session", (session) => sessions.push(session));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      close: async () => {
+        for (const session of sessions) session.destroy();
+        await new Promise((resolve) => server.close(resolve));
+      },
+    };
+  }
+  type Call = NonNullable<Parameters<typeof create<typeof BatchesRequestSchema>>[1]>["call"];
+  const call = (id: number, body: Call = getLinks([item("client-a", `lnk-${id}`)])) =>
+    grpcFrame(toBinary(BatchesRequestSchema, create(BatchesRequestSchema, { id, timeoutMs: 10_000, call: body })));
+
+  it.each([
+    ["plain gRPC, served straight from HTTP/2", "application/grpc", false],
+    ["the Connect protocol, through connect's handler", "application/connect+proto", true],
+  ])("over %s, holds its next calls unread instead of buffering their answers without end", async (_name, contentType, viaAdapter) => {
+    const { seen, streams } = countedStreams();
+    const server = await serve(
+      viaAdapter ? connectNodeAdapter({ routes: (router) => router.service(LinkBatchService, streams.impl) }) : streams.serve,
+    );
+    const session = http2.connect(server.url);
+    try {
+      const stream = session.request({ ":method": "POST", ":path": "/paylink.internal.v1.LinkBatchService/Batches", "content-type": contentType, te: "trailers" });
+      stream.on("error", () => {});
+      stream.pause(); // never reads an answer
+      for (let id = 1; id <= 300; id++) stream.write(call(id));
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      // 300 answers of 100 KB had all been made and held (30 MB); now a few windows' worth and 32 in flight.
+      expect(seen.calls).toBeGreaterThan(0);
+      expect(seen.calls).toBeLessThan(150);
+    } finally {
+      session.destroy();
+      await server.close();
+    }
+  });
+
+  it("ends a stream whose calls are unanswered at the drain's grace with UNAVAILABLE, not OK", async () => {
+    let release!: () => void;
+    const { streams } = countedStreams({ holdCreates: new Promise<void>((resolve) => (release = resolve)) });
+    const server = await serve(streams.serve);
+    const session = http2.connect(server.url);
+    try {
+      const stream = session.request({ ":method": "POST", ":path": "/paylink.internal.v1.LinkBatchService/Batches", "content-type": "application/grpc", te: "trailers" });
+      stream.on("error", () => {});
+      stream.resume();
+      const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => stream.once("trailers", resolve));
+      stream.write(call(1, { case: "createLinks", value: create(BatchCreateLinksRequestSchema, { items: [{ clientId: "client-a", request: { type: LinkType.PAYMENT } }] }) }));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      streams.drain();
+      // The create may yet commit: its caller must not read the stream's end as "every call answered".
+      expect((await trailers)["grpc-status"]).toBe(String(Code.Unavailable));
+    } finally {
+      release();
+      session.destroy();
+      await server.close();
+    }
+  });
 });

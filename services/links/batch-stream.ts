@@ -29,6 +29,13 @@ import { MAX_TIMER_MS } from "./deadlines.js";
 
 // Longer than any call's deadline (the gateway's are 1.8 s).
 const DRAIN_GRACE_MS = 2_000;
+// A caller that does not read its answers must not make the LinkService hold
+// them without end (a reviewer's grew it past 1 GiB): no further call is read
+// while this many are in flight or this many bytes of answers wait unsent, and
+// HTTP/2's flow control then holds the caller. The gateway keeps at most a few
+// calls in flight.
+const MAX_PENDING_CALLS = 32;
+const MAX_UNSENT_BYTES = 4 * 1024 * 1024;
 const DRAINED = Symbol("drained");
 
 export const BATCHES_PATH = `/${LinkBatchService.typeName}/${LinkBatchService.method.batches.name}`;
@@ -123,15 +130,16 @@ export function createBatchStreams(options: BatchStreamOptions) {
       res.addTrailers(trailers);
       res.end();
     };
-    // Once the caller has sent its last call and every call is answered.
-    const endWhenDone = () => {
-      if (pending === 0 && halfClosed) end();
-    };
     // On GOAWAY the gateway sends no more calls on this stream and closes
     // its side once its calls are answered; calls already on the wire still
-    // arrive meanwhile. A caller that never closes is cut after the grace.
+    // arrive meanwhile. A caller that never closes is cut after the grace:
+    // calls still unanswered then are UNAVAILABLE (their outcome unknown, a
+    // create's link perhaps made), never an OK end that reads as all answered.
     const drain = () => {
-      setTimeout(end, DRAIN_GRACE_MS).unref();
+      setTimeout(
+        () => end(pending > 0 ? new ConnectError("the LinkService is shutting down: calls on this stream went unanswered", Code.Unavailable) : undefined),
+        DRAIN_GRACE_MS,
+      ).unref();
     };
     open.add(drain);
 
@@ -148,15 +156,20 @@ export function createBatchStreams(options: BatchStreamOptions) {
           body = toBinary(BatchesResponseSchema, create(BatchesResponseSchema, { id: call.id, answer: error }));
         }
         res.write(frame(body));
-        endWhenDone();
+        pump();
       });
     };
 
-    res.writeHead(200, { "content-type": "application/grpc+proto" });
-    req.on("data", (chunk: Buffer) => {
-      if (ended) return;
-      let data = buffered ? Buffer.concat([buffered, chunk]) : chunk;
-      while (data.length >= 5) {
+    /**
+     * Starts every call read so far, while there is room (MAX_PENDING_CALLS,
+     * MAX_UNSENT_BYTES; else reading pauses until an answer or a drain of the
+     * unsent bytes calls it again), and ends the stream once the caller has
+     * sent its last call and every call is answered.
+     */
+    const pump = () => {
+      while (!ended && buffered !== undefined && buffered.length >= 5) {
+        if (pending >= MAX_PENDING_CALLS || res.stream.writableLength >= MAX_UNSENT_BYTES) return void req.pause();
+        const data = buffered;
         // The codes connect's handler gives on the other path (and grpc-go too).
         if (data[0] !== 0) return end(new ConnectError("protocol error: compressed message without grpc-encoding", Code.Internal));
         const size = data.readUInt32BE(1);
@@ -171,16 +184,30 @@ export function createBatchStreams(options: BatchStreamOptions) {
         } catch (err) {
           return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.Internal));
         }
-        data = data.subarray(5 + size);
+        buffered = data.length > 5 + size ? data.subarray(5 + size) : undefined;
         dispatch(call);
       }
-      buffered = data.length > 0 ? data : undefined;
+      if (ended) return;
+      if (!halfClosed) {
+        if (req.isPaused()) req.resume();
+      } else if (buffered !== undefined) {
+        end(new ConnectError("the stream ended inside a message", Code.InvalidArgument));
+      } else if (pending === 0) {
+        end();
+      }
+    };
+
+    res.writeHead(200, { "content-type": "application/grpc+proto" });
+    req.on("data", (chunk: Buffer) => {
+      if (ended) return;
+      buffered = buffered ? Buffer.concat([buffered, chunk]) : chunk;
+      pump();
     });
     req.on("end", () => {
       halfClosed = true;
-      if (buffered) return end(new ConnectError("the stream ended inside a message", Code.InvalidArgument));
-      endWhenDone();
+      pump();
     });
+    res.stream.on("drain", pump);
     res.once("close", () => {
       ended = true;
       open.delete(drain);
@@ -203,10 +230,13 @@ export function createBatchStreams(options: BatchStreamOptions) {
         let readError: unknown;
         let wake: (() => void) | undefined;
         const notify = () => wake?.();
+        // Room to read the next call (MAX_PENDING_CALLS, counting answers not yet taken by connect's writer).
+        let room: (() => void) | undefined;
         void (async () => {
           try {
             const iterator = calls[Symbol.asyncIterator]();
             for (;;) {
+              while (inFlight + answered.length >= MAX_PENDING_CALLS) await new Promise<void>((resolve) => (room = resolve));
               const next = await Promise.race([iterator.next(), drained]);
               if (next === DRAINED || next.done) break;
               const { id } = next.value;
@@ -225,7 +255,11 @@ export function createBatchStreams(options: BatchStreamOptions) {
           notify();
         })();
         for (;;) {
-          while (answered.length > 0) yield answered.shift()!;
+          while (answered.length > 0) {
+            yield answered.shift()!;
+            room?.();
+            room = undefined;
+          }
           if (readError !== undefined) throw readError;
           if (!reading && inFlight === 0) return;
           await new Promise<void>((resolve) => (wake = resolve));
