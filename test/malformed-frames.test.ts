@@ -2,6 +2,7 @@
 // LinkService serves it: the fast path (plain gRPC, uncompressed) or
 // connect's adapter (here: gzip). Raw HTTP/2, so no client tidies the frames.
 import http2 from "node:http2";
+import net from "node:net";
 import { gzipSync } from "node:zlib";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, expect, it } from "vitest";
@@ -67,4 +68,45 @@ it("ends the gateway's stream of batches as connect's adapter does on a message 
   const direct = await grpcStatus({}, grpcFrame(garbage), path);
   const adapter = await grpcStatus({ "grpc-encoding": "gzip", "grpc-accept-encoding": "gzip" }, grpcFrame(gzipSync(garbage), 1), path);
   expect([direct, adapter]).toEqual(["13", "13"]);
+});
+
+/** An HTTP/2 frame: length, type, flags, stream id, payload. */
+function h2Frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const head = Buffer.alloc(9);
+  head.writeUIntBE(payload.length, 0, 3);
+  head[3] = type;
+  head[4] = flags;
+  head.writeUInt32BE(streamId, 5);
+  return Buffer.concat([head, payload]);
+}
+/** HPACK literals without indexing, new names (each name and value under 127 bytes). */
+const hpack = (headers: Record<string, string>) =>
+  Buffer.concat(Object.entries(headers).flatMap(([name, value]) => [Buffer.from([0, name.length]), Buffer.from(name), Buffer.from([value.length]), Buffer.from(value)]));
+
+it("drains within its bounds though a client broke HTTP/2's rules on a session (Node stops reading it and never closes it)", async () => {
+  const links = await stack.startLinksCopy({ sessionCloseGraceMs: 1_000 });
+  const socket = net.connect(links.port, "127.0.0.1");
+  socket.on("error", () => {});
+  socket.on("data", () => {});
+  await new Promise((resolve) => socket.once("connect", resolve));
+  const headers = hpack({ ":method": "POST", ":scheme": "http", ":path": "/paylink.v1.LinkService/GetLink", ":authority": "x", "content-type": "application/grpc", te: "trailers", "client-id": "client-a" });
+  socket.write(
+    Buffer.concat([
+      Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+      h2Frame(4, 0, 0), // SETTINGS
+      h2Frame(1, 0x4, 1, headers), // HEADERS, END_HEADERS
+      h2Frame(0, 0x1, 1, grpcFrame(valid())), // DATA, END_STREAM
+      h2Frame(0, 0, 1, grpcFrame(valid())), // DATA after the stream's end: nghttp2 answers GOAWAY STREAM_CLOSED
+    ]),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  socket.end();
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const started = performance.now();
+  let hung: NodeJS.Timeout | undefined;
+  await Promise.race([
+    links.close(),
+    new Promise((_, reject) => (hung = setTimeout(() => reject(new Error("close() still waits after 5 s")), 5_000))),
+  ]).finally(() => clearTimeout(hung));
+  expect(performance.now() - started).toBeLessThan(3_000);
 });

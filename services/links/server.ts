@@ -64,7 +64,15 @@ export interface LinksServerOptions {
   metricsPort?: number;
   /** PostgreSQL's reachability on a connection of its own (createDb's probe); default: a query on the pool. */
   probeDb?: () => Promise<void>;
+  /** How long close() lets HTTP/2 sessions finish before it destroys them; default SESSION_CLOSE_GRACE_MS. */
+  sessionCloseGraceMs?: number;
 }
+
+// Within the 15 s a drain may take (run-main.ts), past any call but a pay's:
+// a session Node can no longer close (a client broke HTTP/2's rules: nghttp2
+// sent GOAWAY and Node stops reading it, its stream never ends) had held
+// every drain to that cut, and an exit code of 1.
+const SESSION_CLOSE_GRACE_MS = 10_000;
 
 /** A larger message is refused before it is decoded (RESOURCE_EXHAUSTED). */
 export const MAX_MESSAGE_BYTES = 1024 * 1024;
@@ -200,7 +208,12 @@ export async function startLinksServer(opts: LinksServerOptions) {
       for (const session of sessions) session.close();
       // A stream of batches would keep its session open: each ends once its calls are answered.
       batchStreams.drain();
+      const cut = setTimeout(() => {
+        logger.warn({ sessions: sessions.size }, "HTTP/2 sessions still open at the drain's grace: destroyed");
+        for (const session of sessions) session.destroy();
+      }, opts.sessionCloseGraceMs ?? SESSION_CLOSE_GRACE_MS);
       await closed;
+      clearTimeout(cut);
       await metricsServer?.close();
       gate.close();
     },
