@@ -240,6 +240,14 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
     expectOneLine(run, `links: start-up failed: the database DATABASE_URL names (${url.hostname}:${url.port}${url.pathname}) cannot be used: ${reason}`);
     expect(run.stderr + run.stdout).not.toContain("hunter2-secret");
   });
+
+  it("start:links with several hosts (which WHATWG's URL refuses) and a database that does not exist", () => {
+    const { hostname, port } = new URL(inject("databaseUrl"));
+    const hosts = `${hostname}:${port},${hostname}:${port}`;
+    const run = runEntry("services/links/main.ts", { DATABASE_URL: `postgres://postgres:hunter2-secret@${hosts}/no_such_paylink_db?sslmode=disable` });
+    expectOneLine(run, `links: start-up failed: the database DATABASE_URL names (${hosts}/no_such_paylink_db) cannot be used: database "no_such_paylink_db" does not exist`);
+    expect(run.stderr + run.stdout).not.toContain("hunter2-secret");
+  });
 });
 
 describe("production without a strong INTERNAL_TOKEN", () => {

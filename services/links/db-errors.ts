@@ -2,6 +2,7 @@
 // retry: the caller gets UNAVAILABLE, the gateway a 503), as opposed to a
 // fault in our own code (INTERNAL, a 500).
 import { Code, ConnectError } from "@connectrpc/connect";
+import { databaseWhere } from "../shared/config.js";
 import { StartupError } from "../shared/startup-error.js";
 
 // postgres.js's own codes for connections it could not make or lost.
@@ -64,7 +65,5 @@ export const nameDatabaseFailure =
     const code = (err as { code?: unknown }).code;
     if (!isDatabaseUnavailable(err) && !(typeof code === "string" && SETTING_SQLSTATE.test(code))) throw err;
     // Where, never who: the URL may hold a password.
-    const { hostname, port, pathname } = new URL(url);
-    const where = `${hostname}${port ? `:${port}` : ""}${pathname}`;
-    throw new StartupError(`the database DATABASE_URL names (${where}) cannot be used: ${(err as Error).message}`, { cause: err });
+    throw new StartupError(`the database DATABASE_URL names (${databaseWhere(url)}) cannot be used: ${(err as Error).message}`, { cause: err });
   };

@@ -191,8 +191,7 @@ function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
     );
   if (!/^postgres(ql)?:\/\//i.test(raw)) throw refuse("it does not start with postgres:// or postgresql://");
   try {
-    const authority = raw.slice(raw.indexOf("://") + 3).split(/[?/]/)[0]!;
-    const hosts = decodeURIComponent(authority.slice(authority.indexOf("@") + 1));
+    const hosts = decodeURIComponent(hostsOf(authorityOf(raw)));
     for (const host of hosts.split(",")) {
       const url = new URL(raw.replace(hosts, host));
       if (!url.hostname && hosts.includes(",")) throw new Error("a host is empty");
@@ -203,6 +202,20 @@ function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
     throw refuse("this one cannot be read as one");
   }
   return raw;
+}
+
+const authorityOf = (databaseUrl: string) => databaseUrl.slice(databaseUrl.indexOf("://") + 3).split(/[?/]/)[0]!;
+const hostsOf = (authority: string) => authority.slice(authority.lastIndexOf("@") + 1);
+
+/**
+ * Where a DATABASE_URL points, for a message: its hosts (one or several, as
+ * postgres.js reads them) and database, never its user or password. WHATWG's
+ * URL refuses several hosts, so it is read as databaseUrl() reads it.
+ */
+export function databaseWhere(databaseUrl: string): string {
+  const authority = authorityOf(databaseUrl);
+  const rest = databaseUrl.slice(databaseUrl.indexOf("://") + 3 + authority.length);
+  return `${hostsOf(authority) || "the default host"}${rest.split("?")[0]}`;
 }
 
 function baseUrl(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
