@@ -210,7 +210,7 @@ it.each([
 });
 
 describe("a caller that does not read its answers", () => {
-  // A LinkService of counted calls whose every answer is a 100 KB link.
+  // A LinkService of counted calls whose every answer is a 200 KB link.
   function countedStreams(opts: { holdCreates?: Promise<void> } = {}) {
     const seen = { calls: 0 };
     const streams = createBatchStreams({
@@ -219,7 +219,7 @@ describe("a caller that does not read its answers", () => {
           seen.calls++;
           return {
             results: req.items.map((i) => ({
-              result: { case: "response" as const, value: { link: { id: i.request!.id, data: { description: "x".repeat(100_000) } } } },
+              result: { case: "response" as const, value: { link: { id: i.request!.id, data: { description: "x".repeat(200_000) } } } },
             })),
           };
         },
@@ -266,7 +266,7 @@ describe("a caller that does not read its answers", () => {
       stream.pause(); // never reads an answer
       for (let id = 1; id <= 300; id++) stream.write(call(id));
       await new Promise((resolve) => setTimeout(resolve, 1_500));
-      // 300 answers of 100 KB had all been made and held (30 MB); now a few windows' worth and 32 in flight.
+      // 300 answers of 200 KB had all been made and held (60 MB); now 16 MiB and a window unsent, and 32 in flight.
       expect(seen.calls).toBeGreaterThan(0);
       expect(seen.calls).toBeLessThan(150);
     } finally {

@@ -33,9 +33,11 @@ const DRAIN_GRACE_MS = 2_000;
 // them without end (a reviewer's grew it past 1 GiB): no further call is read
 // while this many are in flight or this many bytes of answers wait unsent, and
 // HTTP/2's flow control then holds the caller. The gateway keeps at most a few
-// calls in flight.
+// calls in flight, and their answers reach 4 MiB each (MAX_LIST_ANSWER_BYTES):
+// room for several, so that the gateway's own pace never holds them (at 4 MiB,
+// 200 concurrent REST gets of large links got 503s on Node 24).
 const MAX_PENDING_CALLS = 32;
-const MAX_UNSENT_BYTES = 4 * 1024 * 1024;
+const MAX_UNSENT_BYTES = 16 * 1024 * 1024;
 const DRAINED = Symbol("drained");
 
 export const BATCHES_PATH = `/${LinkBatchService.typeName}/${LinkBatchService.method.batches.name}`;
