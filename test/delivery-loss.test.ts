@@ -156,8 +156,12 @@ describe("a notifier that dies between recording the last attempt and publishing
     const unacked = await failedWithoutDeadLetter();
     await waitFor(async () => (await eventsInStream()) === 1);
 
+    const owed = () => webhooks.stack.db.select().from(deliveries).where(isNotNull(deliveries.deadLetter));
     const n = await notifier();
     await waitFor(() => n.metrics.counts.dead_lettered === 1);
+    // The notifier counts a dead letter once the stream has it, and confirms it to the LinkService after: until
+    // then both events are owed, and reconciliation would rightly publish both.
+    await waitFor(async () => (await owed()).length === 1);
     webhooks.stack.clock.advance(RECONCILE_AFTER_MS);
     expect(await reconciler.reconcile()).toBe(1);
     await waitFor(() => n.metrics.counts.dead_lettered === 2);
@@ -170,7 +174,6 @@ describe("a notifier that dies between recording the last attempt and publishing
     }
     expect(receiver.requests).toHaveLength(0);
     // Confirmed: nothing is owed, and a later pass publishes nothing.
-    const owed = () => webhooks.stack.db.select().from(deliveries).where(isNotNull(deliveries.deadLetter));
     await waitFor(async () => (await owed()).length === 0);
     webhooks.stack.clock.advance(10 * RECONCILE_AFTER_MS);
     expect(await reconciler.reconcile()).toBe(0);
