@@ -191,7 +191,9 @@ function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
     );
   if (!/^postgres(ql)?:\/\//i.test(raw)) throw refuse("it does not start with postgres:// or postgresql://");
   try {
-    const hosts = decodeURIComponent(hostsOf(authorityOf(raw)));
+    const authority = authorityOf(raw);
+    // As postgres.js reads it: the hosts begin after the first "@".
+    const hosts = decodeURIComponent(authority.slice(authority.indexOf("@") + 1));
     for (const host of hosts.split(",")) {
       const url = new URL(raw.replace(hosts, host));
       if (!url.hostname && hosts.includes(",")) throw new Error("a host is empty");
@@ -205,7 +207,6 @@ function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
 }
 
 const authorityOf = (databaseUrl: string) => databaseUrl.slice(databaseUrl.indexOf("://") + 3).split(/[?/]/)[0]!;
-const hostsOf = (authority: string) => authority.slice(authority.lastIndexOf("@") + 1);
 
 /**
  * Where a DATABASE_URL points, for a message: its hosts (one or several, as
@@ -215,7 +216,9 @@ const hostsOf = (authority: string) => authority.slice(authority.lastIndexOf("@"
 export function databaseWhere(databaseUrl: string): string {
   const authority = authorityOf(databaseUrl);
   const rest = databaseUrl.slice(databaseUrl.indexOf("://") + 3 + authority.length);
-  return `${hostsOf(authority) || "the default host"}${rest.split("?")[0]}`;
+  // After the last "@": a password with an "@" left unencoded shows none of itself.
+  const hosts = authority.slice(authority.lastIndexOf("@") + 1);
+  return `${hosts || "the default host"}${rest.split("?")[0]}`;
 }
 
 function baseUrl(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
