@@ -148,6 +148,36 @@ it("a LinkService that drains answers the calls it has, ends the stream and stop
   }
 });
 
+it("the gateway's clients carry on, batched and unary, after the LinkService sends their idle session away", async () => {
+  const links = await stack.startLinksCopy({ sessionIdleMs: 300 });
+  const url = `http://127.0.0.1:${links.port}`;
+  const clients = createClients(url);
+  // A session of its own beside the gateway's, to see the rule at work.
+  const observer = http2.connect(url);
+  observer.on("error", () => {});
+  const sentAway = new Promise((resolve) => {
+    observer.once("goaway", () => resolve(true));
+    setTimeout(() => resolve(false), 5_000).unref();
+  });
+  try {
+    const caller = { clientId: "client-a" };
+    for (let round = 0; round < 3; round++) {
+      const [batched, unary] = await Promise.all([
+        clients.getLink(caller, ids[round]!),
+        clients.links.getLink({ id: ids[round]! }, { headers: { "client-id": "client-a" } }),
+      ]);
+      expect([batched.link?.id, unary.link?.id]).toEqual([ids[round], ids[round]]);
+      // Idle past the LinkService's limit: it sends the gateway's session away.
+      await new Promise((resolve) => setTimeout(resolve, 700));
+    }
+    expect(await sentAway).toBe(true);
+  } finally {
+    observer.destroy();
+    clients.close();
+    await links.close();
+  }
+});
+
 it("a LinkService that drains stops within its grace even when a stream's caller never closes its side", async () => {
   const links = await stack.startLinksCopy();
   const session = http2.connect(`http://127.0.0.1:${links.port}`);

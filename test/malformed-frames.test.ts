@@ -83,9 +83,13 @@ function h2Frame(type: number, flags: number, streamId: number, payload: Buffer 
 const hpack = (headers: Record<string, string>) =>
   Buffer.concat(Object.entries(headers).flatMap(([name, value]) => [Buffer.from([0, name.length]), Buffer.from(name), Buffer.from([value.length]), Buffer.from(value)]));
 
-it("drains within its bounds though a client broke HTTP/2's rules on a session (Node stops reading it and never closes it)", async () => {
-  const links = await stack.startLinksCopy({ sessionCloseGraceMs: 1_000 });
-  const socket = net.connect(links.port, "127.0.0.1");
+/**
+ * A session on which the client breaks HTTP/2's rules: a DATA frame after
+ * the stream's end. nghttp2 answers GOAWAY STREAM_CLOSED, and Node stops
+ * reading the session and never closes it. The client then ends its side.
+ */
+async function breakHttp2Rules(port: number): Promise<net.Socket> {
+  const socket = net.connect(port, "127.0.0.1");
   socket.on("error", () => {});
   socket.on("data", () => {});
   await new Promise((resolve) => socket.once("connect", resolve));
@@ -96,12 +100,18 @@ it("drains within its bounds though a client broke HTTP/2's rules on a session (
       h2Frame(4, 0, 0), // SETTINGS
       h2Frame(1, 0x4, 1, headers), // HEADERS, END_HEADERS
       h2Frame(0, 0x1, 1, grpcFrame(valid())), // DATA, END_STREAM
-      h2Frame(0, 0, 1, grpcFrame(valid())), // DATA after the stream's end: nghttp2 answers GOAWAY STREAM_CLOSED
+      h2Frame(0, 0, 1, grpcFrame(valid())), // DATA after the stream's end
     ]),
   );
   await new Promise((resolve) => setTimeout(resolve, 300));
   socket.end();
   await new Promise((resolve) => setTimeout(resolve, 200));
+  return socket;
+}
+
+it("drains within its bounds though a client broke HTTP/2's rules on a session", async () => {
+  const links = await stack.startLinksCopy({ sessionCloseGraceMs: 1_000 });
+  await breakHttp2Rules(links.port);
   const started = performance.now();
   let hung: NodeJS.Timeout | undefined;
   await Promise.race([
@@ -109,4 +119,19 @@ it("drains within its bounds though a client broke HTTP/2's rules on a session (
     new Promise((_, reject) => (hung = setTimeout(() => reject(new Error("close() still waits after 5 s")), 5_000))),
   ]).finally(() => clearTimeout(hung));
   expect(performance.now() - started).toBeLessThan(3_000);
+});
+
+it("closes a session whose client broke HTTP/2's rules once it has been idle, without waiting for a drain", async () => {
+  const links = await stack.startLinksCopy({ sessionIdleMs: 300, sessionCloseGraceMs: 300 });
+  try {
+    const socket = await breakHttp2Rules(links.port);
+    // The server's side closing is what frees the socket (no CLOSE-WAIT left).
+    const closed = await Promise.race([
+      new Promise((resolve) => (socket.destroyed ? resolve(true) : socket.once("close", () => resolve(true)))),
+      new Promise((resolve) => setTimeout(() => resolve(false), 3_000)),
+    ]);
+    expect(closed).toBe(true);
+  } finally {
+    await links.close();
+  }
 });

@@ -28,6 +28,7 @@ import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
 import { serviceRegistrar } from "./json-codec.js";
 import { retireSessionsThatStrandWrites } from "./stranded-writes.js";
+import { retireIdleSessions, SESSION_IDLE_MS } from "./idle-sessions.js";
 import { createReflection } from "./reflection.js";
 import { DEADLINE_GRACE_MS, settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
@@ -64,8 +65,10 @@ export interface LinksServerOptions {
   metricsPort?: number;
   /** PostgreSQL's reachability on a connection of its own (createDb's probe); default: a query on the pool. */
   probeDb?: () => Promise<void>;
-  /** How long close() lets HTTP/2 sessions finish before it destroys them; default SESSION_CLOSE_GRACE_MS. */
+  /** How long a closing HTTP/2 session may finish before it is destroyed; default SESSION_CLOSE_GRACE_MS. */
   sessionCloseGraceMs?: number;
+  /** A session with no frames this long is sent away; default SESSION_IDLE_MS (idle-sessions.ts). */
+  sessionIdleMs?: number;
 }
 
 // Within the 15 s a drain may take (run-main.ts), past any call but a pay's:
@@ -183,6 +186,8 @@ export async function startLinksServer(opts: LinksServerOptions) {
     runWithTrace(trace, () => handler(req, res));
   });
   retireSessionsThatStrandWrites(server);
+  const sessionCloseGraceMs = opts.sessionCloseGraceMs ?? SESSION_CLOSE_GRACE_MS;
+  retireIdleSessions(server, opts.sessionIdleMs ?? SESSION_IDLE_MS, sessionCloseGraceMs);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
     sessions.add(session);
@@ -211,7 +216,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
       const cut = setTimeout(() => {
         logger.warn({ sessions: sessions.size }, "HTTP/2 sessions still open at the drain's grace: destroyed");
         for (const session of sessions) session.destroy();
-      }, opts.sessionCloseGraceMs ?? SESSION_CLOSE_GRACE_MS);
+      }, sessionCloseGraceMs);
       await closed;
       clearTimeout(cut);
       await metricsServer?.close();
