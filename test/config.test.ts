@@ -57,6 +57,10 @@ describe("loadConfig", () => {
     ["LOG_LEVEL", "loud"],
     ["PAYLINK_AUTH", "none"],
     ["ADMIN_TOKEN", "short"],
+    ["ADMIN_TOKEN", "admin-token-0123\nsecond-line-4567"],
+    ["ADMIN_TOKEN", "admin token 0123456789"],
+    ["INTERNAL_TOKEN", "internal-0123456\rsecret-0123456"],
+    ["INTERNAL_TOKEN", "internal-0123456789-é"],
     ["RATE_LIMIT_CLIENT", "100/h"],
     ["RATE_LIMIT_PAY", "0/s"],
     ["REQUEST_TIMEOUT", "0s"],
@@ -73,6 +77,20 @@ describe("loadConfig", () => {
   ])("refuses %s=%s with a message naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name} `));
+  });
+
+  it("never repeats a token it refuses: it is a secret", () => {
+    for (const name of ["ADMIN_TOKEN", "INTERNAL_TOKEN"]) {
+      const refusal = (() => {
+        try {
+          loadConfig({ [name]: "secret-part-one\nsecret-part-two" });
+        } catch (err) {
+          return (err as Error).message;
+        }
+      })();
+      expect(refusal).toMatch(new RegExp(`^${name} `));
+      expect(refusal).not.toContain("secret-part");
+    }
   });
 
   it("takes DATABASE_URL as postgres.js reads it, and never repeats a bad one (it may hold a password)", () => {

@@ -78,7 +78,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       "WEBHOOK_RETRY_SCHEDULE",
     ),
     webhookReconcileAfterMs: duration(env, "WEBHOOK_RECONCILE_AFTER", "5m", "7d"),
-    internalToken: optional(env, "INTERNAL_TOKEN"),
+    internalToken: bearerToken(env, "INTERNAL_TOKEN"),
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
     auth: oneOf(env, "PAYLINK_AUTH", ["client-id", "api-key"], paylinkEnv === "production" ? "api-key" : "client-id") as AuthMode,
     adminToken: adminToken(env),
@@ -286,9 +286,23 @@ export function requireInternalToken(config: Config): void {
 }
 
 function adminToken(env: NodeJS.ProcessEnv): string | undefined {
-  const token = optional(env, "ADMIN_TOKEN");
+  const token = bearerToken(env, "ADMIN_TOKEN");
   if (token !== undefined && token.length < 16) {
     throw new ConfigError("ADMIN_TOKEN must be at least 16 characters (or unset to turn the admin service off)");
+  }
+  return token;
+}
+
+/**
+ * A token sent as `Authorization: Bearer <token>`. One with a line break or
+ * another character a header cannot carry (a file of two lines, a paste)
+ * was taken, and then every call failed with an error that quoted the whole
+ * header, the secret included, into the notifier's log every few seconds.
+ */
+function bearerToken(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const token = optional(env, name);
+  if (token !== undefined && !/^[\x21-\x7e]+$/.test(token)) {
+    throw new ConfigError(`${name} must be printable ASCII without spaces or line breaks (its value is not shown)`);
   }
   return token;
 }
