@@ -2,8 +2,9 @@
 // and 404s, composed from its plugins (probes, rest, checkout), each handed
 // the same deps. Its only outside dependency is a LinkService client.
 import { randomUUID } from "node:crypto";
-import { STATUS_CODES } from "node:http";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, LogController } from "fastify";
+import { type IncomingMessage, type ServerResponse, STATUS_CODES } from "node:http";
+import type { Duplex } from "node:stream";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from "fastify";
 import { checkout } from "./checkout/routes.js";
 import { badRequest, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { authenticationFirst } from "./caller.js";
@@ -24,6 +25,21 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const requestTimeout = deps.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  // Never seen by a route's hooks: counted and logged here, under the id the client is given.
+  const refuseUnrouted = (status: number, message: string, code: string | undefined): Unrouted => {
+    const requestId = randomUUID();
+    deps.metrics?.parserRefused(status);
+    deps.logger.info({ requestId, statusCode: status, code }, "request refused before any route");
+    const body = JSON.stringify({ error: message });
+    const headers = {
+      "Content-Type": "application/json; charset=utf-8",
+      "Content-Length": String(Buffer.byteLength(body)),
+      "Cache-Control": "no-store",
+      "X-Request-Id": requestId,
+      Connection: "close",
+    };
+    return { status, headers, body };
+  };
   const app = Fastify({
     // A request, its body included, must arrive within REQUEST_TIMEOUT. Node
     // enforces it only when the server is made with it (and a head timeout
@@ -80,17 +96,18 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
           : code === "ERR_HTTP_REQUEST_TIMEOUT"
             ? { status: 408, message: "Request timeout" }
             : { status: 400, message: "Malformed HTTP request" };
-      const body = JSON.stringify({ error: message });
-      const requestId = randomUUID();
-      // Never seen by a route's hooks: counted and logged here, under the id the client is given.
-      deps.metrics?.parserRefused(status);
-      deps.logger.info({ requestId, statusCode: status, code }, "request refused by the HTTP parser");
-      socket.end(
-        `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-          `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nX-Request-Id: ${requestId}\r\n` +
-          `Connection: close\r\n\r\n${body}`,
-      );
+      socket.end(rawAnswer(refuseUnrouted(status, message, code)));
     },
+  });
+  // Node answers an Expect other than 100-continue itself (417, no body) and
+  // closes a CONNECT without a word, unless told otherwise.
+  app.server.on("checkExpectation", (_req: IncomingMessage, res: ServerResponse) => {
+    const { status, headers, body } = refuseUnrouted(417, "Expectation failed", "EXPECT");
+    res.writeHead(status, headers).end(body);
+  });
+  app.server.on("connect", (_req: IncomingMessage, socket: Duplex) => {
+    socket.on("error", () => {});
+    socket.end(rawAnswer(refuseUnrouted(501, "Method not implemented", "CONNECT")));
   });
 
   // WebDAV and the other methods Node parses, so that a known path answers
@@ -105,19 +122,13 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       reply.header("cache-control", "no-store");
       throw badRequest("Host header is required");
     }
+    // Before anything reads the body: Fastify's 404 route parses one like
+    // any other, and a bad one had answered 400, 413 or 415 for a path that
+    // does not exist.
+    if (req.is404) return notFound(reply);
   });
   deps.metrics?.register(app);
   endSpans(app);
-  // After every onRequest check (Client-Id first), before the body is read:
-  // a compressed body is not JSON we could check. A request with no body
-  // (a GET, the checkout page) has nothing encoded, whatever its header says.
-  app.addHook("preParsing", async (req, _reply, payload) => {
-    const encoding = req.headers["content-encoding"];
-    if (encoding !== undefined && hasBody(req) && encoding.trim().toLowerCase() !== "identity") {
-      throw Object.assign(new Error("Content-Encoding must be identity"), { statusCode: 415 });
-    }
-    return payload;
-  });
   // Fastify would parse text/plain too; the contract takes JSON only (415).
   app.removeContentTypeParser("text/plain");
   // JSON is UTF-8 (RFC 8259): bytes that are not are refused, not silently
@@ -126,6 +137,12 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const utf8 = new TextDecoder("utf-8", { fatal: true });
   app.removeContentTypeParser("application/json");
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body, done) => {
+    // A compressed body is not JSON we could check. Judged here, so only
+    // where a body is read, after its Content-Type (check 2) and size
+    // (check 3): a GET's body, or a text/plain one, is not read at all.
+    if ((body as Buffer).length > 0 && !isIdentity(req.headers["content-encoding"])) {
+      return done(Object.assign(new Error("Content-Encoding must be identity"), { statusCode: 415 }), undefined);
+    }
     let text: string;
     try {
       text = utf8.decode(body as Buffer);
@@ -145,8 +162,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     req.log.error({ err }, "unexpected error");
     return sendError(reply, INTERNAL);
   });
-  // Under /v1 too, where every answer says no-store (rest.ts): one rule for every path nothing serves.
-  app.setNotFoundHandler((_req, reply) => sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" }));
+  // What the onRequest hook above has not answered already.
+  app.setNotFoundHandler((_req, reply) => notFound(reply));
 
   registerOpenApi(app, deps.auth);
   app.register(probes, deps);
@@ -156,9 +173,18 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   return app;
 }
 
+/** Under /v1 too, where every answer says no-store (rest.ts): one rule for every path nothing serves. */
+const notFound = (reply: FastifyReply) => sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" });
 
-/** A body is on its way: a Content-Length above 0, or a chunked one. */
-function hasBody(req: FastifyRequest): boolean {
-  const length = req.headers["content-length"];
-  return req.headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
+const isIdentity = (encoding: string | undefined) => encoding === undefined || encoding.trim().toLowerCase() === "identity";
+
+/** A request no route sees, answered in the contract's shape. */
+interface Unrouted {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
 }
+
+/** The answer written straight to the socket, for requests Node never hands to the app. */
+const rawAnswer = ({ status, headers, body }: Unrouted) =>
+  `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n${Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("")}\r\n${body}`;

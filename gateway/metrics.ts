@@ -23,14 +23,14 @@ export function createGatewayMetrics(registry: Registry = createRegistry()) {
   });
   const parserRefusals = new Counter({
     name: "paylink_http_parser_refusals_total",
-    help: "Requests Node's HTTP parser refused before any route (431 head too large, 408 timeout, 400 malformed), by status code.",
+    help: "Requests Node's HTTP server refused before any route (431 head too large, 408 timeout, 400 malformed, 417 expectation, 501 CONNECT), by status code.",
     labelNames: ["status_code"],
     registers: [registry],
   });
   return {
     registry,
     schemaDisagreements,
-    /** A request Node's parser refused: it never reaches the app's hooks, so the duration histogram never sees it. */
+    /** A request Node refused before any route: it never reaches the app's hooks, so the duration histogram never sees it. */
     parserRefused(status: number): void {
       parserRefusals.inc({ status_code: status });
     },

@@ -217,6 +217,22 @@ describe("REST", () => {
     expect((await api(stack, "POST", `/v1/links/${id}/expire`, { headers: gzip })).status).toBe(200);
   });
 
+  it("judges Content-Type before Content-Encoding (check 2 first), and a GET's encoded body not at all", async () => {
+    const res = await api(stack, "POST", "/v1/links", { rawBody: "x", headers: { "content-type": "text/plain", "content-encoding": "gzip" } });
+    expect(res).toMatchObject({ status: 415, body: { error: "Content-Type must be application/json" } });
+    const id = (await api(stack, "POST", "/v1/links", { body: validLink() })).body.id as string;
+    const merchant = await merchantLines();
+    const withBody = (path: string) =>
+      rawRequest([
+        `GET ${path} HTTP/1.1\r\nHost: x\r\n${path.startsWith("/v1") ? merchant : ""}` +
+          "Content-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 1\r\nConnection: close\r\n\r\n{",
+      ]);
+    expect((await withBody(`/v1/links/${id}`)).status).toBe(200);
+    const page = await withBody(`/link/${id}`);
+    expect([page.status, page.head]).toEqual([200, expect.stringContaining("content-type: text/html; charset=utf-8")]);
+    expect((await withBody("/readyz")).status).toBe(200);
+  });
+
   it("takes Content-Encoding: identity", async () => {
     expect((await api(stack, "POST", "/v1/links", { body: validLink(), headers: { "content-encoding": "identity" } })).status).toBe(201);
   });

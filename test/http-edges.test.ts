@@ -64,6 +64,19 @@ describe("routes", () => {
     expect((await api(stack, "GET", `/v1/links/${linkId}`)).status).toBe(200);
   });
 
+  it.each([
+    ["POST", "/nope", "application/json", "{"],
+    ["POST", "/v1/nope", "application/json", "{"],
+    ["PUT", "/v1/links/x/y", "application/json", "{"],
+    ["POST", "/v1/links/lnk-x/refund", "application/json", `{"x":"${"a".repeat(70_000)}"}`],
+    ["POST", "/link/x/y", "text/plain", "{"],
+  ])("%s %s with a bad body: still 404, the body never read", async (method, path, type, rawBody) => {
+    const res = await api(stack, method, path, { rawBody, headers: { "content-type": type } });
+    expect(outcome(res)).toEqual({ status: 404, body: { error: "Not found" } });
+    const encoded = await api(stack, method, path, { rawBody: "{}", headers: { "content-type": type, "content-encoding": "gzip" } });
+    expect(outcome(encoded)).toEqual({ status: 404, body: { error: "Not found" } });
+  });
+
   it("an unknown path is 404 with or without Client-Id: checks 1 to 6 belong to real routes", async () => {
     const res = await api(stack, "GET", "/v1/nope", { clientId: null });
     expect(outcome(res)).toEqual({ status: 404, body: { error: "Not found" } });
@@ -298,6 +311,27 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     }
     const old = parse(await rawRequest("GET /healthz HTTP/1.0\r\n\r\n"));
     expect(old.statusLine).toBe("HTTP/1.1 200 OK");
+  });
+
+  it("answers an Expect it cannot meet with 417 in the contract's shape", async () => {
+    for (const path of ["/healthz", "/v1/links"]) {
+      const res = parse(await rawRequest(`GET ${path} HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\nExpect: foo\r\nConnection: close\r\n\r\n`));
+      expect(res.statusLine, path).toBe("HTTP/1.1 417 Expectation Failed");
+      expect(res.body, path).toEqual({ error: "Expectation failed" });
+      expect(res.head).toContain("content-type: application/json; charset=utf-8");
+      expect(res.head).toContain("cache-control: no-store");
+      expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+    }
+  });
+
+  it("answers CONNECT with 501 in the contract's shape, where Node closed the connection without a word", async () => {
+    for (const target of ["/v1/links", "example.com:443"]) {
+      const res = parse(await rawRequest(`CONNECT ${target} HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\n\r\n`));
+      expect(res.statusLine, target).toBe("HTTP/1.1 501 Not Implemented");
+      expect(res.body, target).toEqual({ error: "Method not implemented" });
+      expect(res.head).toContain("content-type: application/json; charset=utf-8");
+      expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+    }
   });
 
   it("refuses a JSON body that is not UTF-8", async () => {
