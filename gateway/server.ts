@@ -27,9 +27,17 @@ export async function startGateway(opts: GatewayOptions) {
   const clients = createClients(opts.linksUrl, { deadlineMs: opts.rpcDeadlineMs });
   const metrics = createGatewayMetrics();
   const app = buildGateway({ ...opts, clients, metrics });
-  await app.listen({ port: opts.port, host: opts.host ?? "0.0.0.0" });
+  // The metrics port first: one that is taken stops the gateway before the
+  // public port has taken a request (or logged that it listens).
   const metricsServer =
     opts.metricsPort === undefined ? undefined : await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
+  try {
+    await app.listen({ port: opts.port, host: opts.host ?? "0.0.0.0" });
+  } catch (err) {
+    await metricsServer?.close();
+    clients.close();
+    throw err;
+  }
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : opts.port;
   return {

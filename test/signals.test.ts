@@ -455,6 +455,19 @@ describe("SIGTERM under load", () => {
     // Each service's exit had hung on writing its profile there, until the supervisor's SIGKILL 20 s later.
     expectRefusedAtStart("paylink_start_profdir", { CPU_PROF_DIR: "/proc/paylink-profiles" }, "configuration error: CPU_PROF_DIR must be a folder this user can write to"));
 
+  it("`npm start` refuses a CPU_PROF_DIR that is a file (the profiles were lost at exit), naming it", async () => {
+    const file = path.join(tmpdir(), `paylink-profiles-file-${process.pid}`);
+    writeFileSync(file, "");
+    try {
+      await expectRefusedAtStart("paylink_start_proffile", { CPU_PROF_DIR: file }, "configuration error: CPU_PROF_DIR must be a folder this user can write to");
+    } finally {
+      rmSync(file, { force: true });
+    }
+  });
+
+  it("`npm start` refuses port 0 for a service, which it could not wait on, naming the setting", () =>
+    expectRefusedAtStart("paylink_start_zero", { GATEWAY_PORT: "0" }, "GATEWAY_PORT must be a port from 1 to 65535 for npm start, which waits on it; got 0"));
+
   it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_twice");
     // A request whose body never comes keeps the gateway's drain, and so the ordered stop, waiting.

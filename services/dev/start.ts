@@ -5,7 +5,7 @@
 // the reverse order.
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import net from "node:net";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig, port } from "../shared/config.js";
@@ -45,6 +45,8 @@ try {
     try {
       // Not recursive: Node's recursive mkdir never returns for a path under /proc.
       if (!existsSync(PROFILE_DIR)) mkdirSync(PROFILE_DIR);
+      // A file passes the access check, and the profiles were lost at exit (ENOTDIR).
+      if (!statSync(PROFILE_DIR).isDirectory()) throw new Error("not a folder");
       accessSync(PROFILE_DIR, constants.W_OK);
     } catch {
       throw new ConfigError(`CPU_PROF_DIR must be a folder this user can write to, or one it can make in an existing folder; "${PROFILE_DIR}" is not`);
@@ -170,6 +172,8 @@ async function waitUntil(ready: () => Promise<boolean>, failure: string) {
  */
 async function portsFree(ports: [name: string, port: number][]) {
   for (const [i, [name, port]] of ports.entries()) {
+    // A service would take a random port, and npm start, waiting on port 0, would give up a minute later.
+    if (port === 0) throw new Error(`${name} must be a port from 1 to 65535 for npm start, which waits on it; got 0`);
     const same = ports.find(([, other], j) => j < i && other === port);
     if (same) throw new Error(`${name} and ${same[0]} are both ${port}: each needs a port of its own`);
   }

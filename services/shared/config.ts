@@ -157,6 +157,9 @@ export const redactNatsUrl = (natsUrl: string): string =>
  */
 export function natsConnection(natsUrl: string): { servers: string[]; user?: string; pass?: string; token?: string } {
   const nodes = natsUrl.split(",").map((node) => NODE.exec(node.trim())!);
+  // The credentials end at the first "@"; the URL parser would split at the
+  // last, and a password with an "@" in it would be cut short in silence.
+  if (nodes.some(([, , , rest]) => rest!.includes("@"))) throw new Error("an @ in NATS_URL's credentials is not percent-encoded");
   const servers = nodes.map(([, scheme, , rest]) => `${scheme}${rest}`);
   const credentials = nodes.find((node) => node[2] !== undefined)?.[2];
   if (credentials === undefined) return { servers };
