@@ -203,6 +203,29 @@ it("works on a phone-sized screen and by keyboard alone", async () => {
   await close();
 });
 
+it("keeps a large amount and a long unbroken merchant name within a phone's screen", async () => {
+  const link = await createLink({
+    amount: { value: 999999999.999, currency: "BHD" },
+    merchant_name: "www.theveryfinestcoffeeroasters.co.uk",
+    description: "Beans",
+    cancel_url: "https://shop.example/cancel",
+  });
+  const { page, problems, close } = await newPage({ viewport: { width: 375, height: 740 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+  await page.goto(link.url);
+  // The whole amount shows, on one line: a cut-off last digit would be a wrong figure.
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+  const amount = page.locator(".amount");
+  const lineHeight = await amount.evaluate((el) => parseFloat(getComputedStyle(el).lineHeight));
+  expect((await amount.boundingBox())!.height).toBeLessThan(lineHeight * 1.5);
+  for (const selector of [".amount", "#cancel-link", "button.pay"]) {
+    const [scroll, client] = await page.locator(selector).evaluate((el) => [el.scrollWidth, el.clientWidth]);
+    expect(scroll, selector).toBeLessThanOrEqual(client!);
+  }
+  await shot(page, "phone-long");
+  expect(problems).toEqual([]);
+  await close();
+});
+
 it("shows the 410 page for an expired link and the 404 page for an unknown one", async () => {
   const link = await createLink({ description: "Too late" });
   await api(stack, "POST", `/v1/links/${link.id}/expire`);

@@ -16,6 +16,8 @@ export interface PageOptions {
 const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer: "Bank transfer" };
 
 /** The merchant's name as the customer should see it, or undefined for none or only blanks. */
+/** Longer totals ("CHF 5,000,000.00") get the smaller type of `.amount.long`. */
+const LONG_AMOUNT = 12;
 const merchantNameOf = (data: LinkData | undefined) => data?.merchantName?.trim() || undefined;
 
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
@@ -93,7 +95,7 @@ ${data.items.map(
   const body = html`<main class="shell">
 ${merchantHeader(data, opts.testMode, "Payment to")}
 <section class="panel" aria-label="Order summary">
-  <p class="amount">${total}</p>
+  <p class="${total.length > LONG_AMOUNT ? "amount long" : "amount"}">${total}</p>
   ${data.description ? html`<p class="description">${data.description}</p>` : ""}
   ${items}
   ${billed}
