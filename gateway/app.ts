@@ -26,8 +26,8 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const requestTimeout = deps.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   // Never seen by a route's hooks: counted and logged here, under the id the client is given.
-  const refuseUnrouted = (status: number, message: string, code: string | undefined): Unrouted => {
-    const requestId = randomUUID();
+  const refuseUnrouted = (status: number, message: string, code: string | undefined, req?: IncomingMessage): Unrouted => {
+    const requestId = req ? requestIdOf(req) : randomUUID();
     deps.metrics?.parserRefused(status);
     deps.logger.info({ requestId, statusCode: status, code }, "request refused before any route");
     const body = JSON.stringify({ error: message });
@@ -64,10 +64,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     ajv: AJV_OPTIONS,
     schemaErrorFormatter: (errors, part) => new Error(describeSchemaError(errors[0]!, part)),
     // Our own id on every request; a caller's id is kept when it is sane.
-    genReqId: (req) => {
-      const given = req.headers["x-request-id"];
-      return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
-    },
+    genReqId: requestIdOf,
     requestIdHeader: false,
     // The same names on every process's log lines: requestId and traceId.
     logController: new LogController({ requestIdLogLabel: "requestId" }),
@@ -96,18 +93,20 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
           : code === "ERR_HTTP_REQUEST_TIMEOUT"
             ? { status: 408, message: "Request timeout" }
             : { status: 400, message: "Malformed HTTP request" };
-      socket.end(rawAnswer(refuseUnrouted(status, message, code)));
+      // A 408 cuts a request a route already has: its answer keeps the request's id.
+      const current = (socket as { _httpMessage?: { req?: IncomingMessage } })._httpMessage?.req;
+      answerAndClose(socket, rawAnswer(refuseUnrouted(status, message, code, current)));
     },
   });
   // Node answers an Expect other than 100-continue itself (417, no body) and
   // closes a CONNECT without a word, unless told otherwise.
-  app.server.on("checkExpectation", (_req: IncomingMessage, res: ServerResponse) => {
-    const { status, headers, body } = refuseUnrouted(417, "Expectation failed", "EXPECT");
+  app.server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
+    const { status, headers, body } = refuseUnrouted(417, "Expectation failed", "EXPECT", req);
     res.writeHead(status, headers).end(body);
   });
-  app.server.on("connect", (_req: IncomingMessage, socket: Duplex) => {
+  app.server.on("connect", (req: IncomingMessage, socket: Duplex) => {
     socket.on("error", () => {});
-    socket.end(rawAnswer(refuseUnrouted(501, "Method not implemented", "CONNECT")));
+    answerAndClose(socket, rawAnswer(refuseUnrouted(501, "Method not implemented", "CONNECT", req)));
   });
 
   // WebDAV and the other methods Node parses, so that a known path answers
@@ -183,6 +182,31 @@ interface Unrouted {
   status: number;
   headers: Record<string, string>;
   body: string;
+}
+
+const REQUEST_ID = Symbol("requestId");
+
+/**
+ * The request's id: the caller's X-Request-Id when it is sane, else ours.
+ * Kept on the request, so that an answer Node gives it outside the routes
+ * (a 408 for a body that never came) carries the id its log lines have.
+ */
+function requestIdOf(req: IncomingMessage & { [REQUEST_ID]?: string }): string {
+  const kept = req[REQUEST_ID];
+  if (kept) return kept;
+  const given = req.headers["x-request-id"];
+  return (req[REQUEST_ID] = typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID());
+}
+
+/**
+ * Writes the answer and closes. Node leaves these sockets half open (and a
+ * CONNECT's untracked), so a client that never closes its side would hold
+ * them, and a drain waiting on them, for good: cut a second later.
+ */
+function answerAndClose(socket: Duplex, answer: string): void {
+  socket.end(answer);
+  const cut = setTimeout(() => socket.destroy(), 1000).unref();
+  socket.once("close", () => clearTimeout(cut));
 }
 
 /** The answer written straight to the socket, for requests Node never hands to the app. */

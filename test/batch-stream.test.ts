@@ -148,29 +148,30 @@ it("a LinkService that drains answers the calls it has, ends the stream and stop
   }
 });
 
-it("the gateway's clients carry on, batched and unary, after the LinkService sends their idle session away", async () => {
-  const links = await stack.startLinksCopy({ sessionIdleMs: 300 });
+it("an idle session that answers the LinkService's ping keeps it: the gateway's calls and a connect-es client's go on", async () => {
+  const links = await stack.startLinksCopy({ sessionIdleMs: 300, sessionCloseGraceMs: 300 });
   const url = `http://127.0.0.1:${links.port}`;
   const clients = createClients(url);
-  // A session of its own beside the gateway's, to see the rule at work.
+  // The notifier's kind of client: connect-es over gRPC, which reports a call refused by a GOAWAY as INTERNAL.
+  const connectEs = createClient(LinkService, createGrpcTransport({ baseUrl: url, pingIntervalMs: 60_000 }));
   const observer = http2.connect(url);
   observer.on("error", () => {});
-  const sentAway = new Promise((resolve) => {
-    observer.once("goaway", () => resolve(true));
-    setTimeout(() => resolve(false), 5_000).unref();
-  });
+  let sentAway = false;
+  observer.once("goaway", () => (sentAway = true));
   try {
     const caller = { clientId: "client-a" };
+    const headers = { "client-id": "client-a" };
     for (let round = 0; round < 3; round++) {
-      const [batched, unary] = await Promise.all([
+      const answers = await Promise.all([
         clients.getLink(caller, ids[round]!),
-        clients.links.getLink({ id: ids[round]! }, { headers: { "client-id": "client-a" } }),
+        clients.links.getLink({ id: ids[round]! }, { headers }),
+        connectEs.getLink({ id: ids[round]! }, { headers }),
       ]);
-      expect([batched.link?.id, unary.link?.id]).toEqual([ids[round], ids[round]]);
-      // Idle past the LinkService's limit: it sends the gateway's session away.
-      await new Promise((resolve) => setTimeout(resolve, 700));
+      expect(answers.map((a) => a.link?.id)).toEqual([ids[round], ids[round], ids[round]]);
+      // Idle past the LinkService's limit, and past its grace for the ping's answer.
+      await new Promise((resolve) => setTimeout(resolve, 800));
     }
-    expect(await sentAway).toBe(true);
+    expect([sentAway, observer.closed, observer.destroyed]).toEqual([false, false, false]);
   } finally {
     observer.destroy();
     clients.close();

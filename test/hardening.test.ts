@@ -69,11 +69,13 @@ describe("the LinkService", () => {
 
 describe("REST", () => {
   it("cuts a body that trickles in after REQUEST_TIMEOUT with 408", async () => {
-    const head = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${await merchantLines()}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n`;
+    const head = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${await merchantLines()}X-Request-Id: slow-body-1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n`;
     const res = await rawRequest([head, ..."{\"type\":\"payment\"".split("")], 200);
     expect(res.status).toBe(408);
     expect(JSON.parse(res.body)).toEqual({ error: "Request timeout" });
     expect(res.head).toContain("\r\ncache-control: no-store\r\n");
+    // The id the request's log lines have, not a new one.
+    expect(res.head).toContain("\r\nx-request-id: slow-body-1\r\n");
     expect(res.ms).toBeLessThan(3500);
   });
 

@@ -322,6 +322,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
       expect(res.head).toContain("cache-control: no-store");
       expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
     }
+    const mine = parse(await rawRequest("GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nX-Request-Id: mine-417\r\nConnection: close\r\n\r\n"));
+    expect(mine.head).toContain("x-request-id: mine-417\r\n");
   });
 
   it("answers CONNECT with 501 in the contract's shape, where Node closed the connection without a word", async () => {
@@ -331,6 +333,37 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
       expect(res.body, target).toEqual({ error: "Method not implemented" });
       expect(res.head).toContain("content-type: application/json; charset=utf-8");
       expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+    }
+    const mine = parse(await rawRequest("CONNECT /v1/links HTTP/1.1\r\nHost: x\r\nX-Request-Id: mine-501\r\n\r\n"));
+    expect(mine.head).toContain("x-request-id: mine-501\r\n");
+  });
+
+  it("closes what it refused outside the routes even when the client keeps its side open, so no drain waits on it", async () => {
+    const gateway = await startGateway({ linksUrl: stack.linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: "client-id", logger: silent });
+    const sockets: net.Socket[] = [];
+    const halfOpen = (request: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = net.connect({ port: gateway.port, host: "127.0.0.1", allowHalfOpen: true }, () => socket.write(request));
+        sockets.push(socket);
+        let answer = "";
+        socket.on("data", (chunk) => (answer += chunk));
+        socket.once("end", () => resolve(answer)); // the gateway's side ends; ours stays open
+        socket.on("error", reject);
+      });
+    try {
+      const answers = await Promise.all([
+        halfOpen("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"),
+        halfOpen("GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"),
+      ]);
+      expect(answers.map((answer) => answer.split("\r\n")[0])).toEqual(["HTTP/1.1 501 Not Implemented", "HTTP/1.1 400 Bad Request"]);
+      let hung: NodeJS.Timeout | undefined;
+      const drained = await Promise.race([
+        gateway.close().then(() => true),
+        new Promise((resolve) => (hung = setTimeout(() => resolve(false), 5_000))),
+      ]).finally(() => clearTimeout(hung));
+      expect(drained).toBe(true);
+    } finally {
+      for (const socket of sockets) socket.destroy();
     }
   });
 

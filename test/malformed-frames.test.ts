@@ -121,7 +121,7 @@ it("drains within its bounds though a client broke HTTP/2's rules on a session",
   expect(performance.now() - started).toBeLessThan(3_000);
 });
 
-it("closes a session whose client broke HTTP/2's rules once it has been idle, without waiting for a drain", async () => {
+it("closes a session whose client broke HTTP/2's rules once it has been idle and left a ping unanswered, without waiting for a drain", async () => {
   const links = await stack.startLinksCopy({ sessionIdleMs: 300, sessionCloseGraceMs: 300 });
   try {
     const socket = await breakHttp2Rules(links.port);

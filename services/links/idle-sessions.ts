@@ -1,26 +1,26 @@
-// A session that carries no frame for SESSION_IDLE_MS is sent away (GOAWAY),
-// as gRPC servers' MAX_CONNECTION_IDLE does, and destroyed if it has not
-// closed within the grace. This is what frees a session whose client broke
-// HTTP/2's rules (a DATA frame after END_STREAM): nghttp2 answers GOAWAY,
-// Node stops reading the socket and emits nothing, and the socket sat in
-// CLOSE-WAIT until the next drain. An idle client loses nothing: its next
-// call opens a fresh session, as every gRPC client does after GOAWAY (the
-// gateway's stream of batches ends once its calls are answered). PINGs do
-// not count as activity for Node's session timeout, a call's frames do; no
-// call is silent that long (statement_timeout bounds every handler).
+// A session that carries no frame for SESSION_IDLE_MS is pinged, and
+// destroyed if the ping is not answered within the grace. This is what frees
+// a session whose client broke HTTP/2's rules (a DATA frame after
+// END_STREAM): nghttp2 answers GOAWAY, Node stops reading the socket and
+// emits nothing, and the socket sat in CLOSE-WAIT until the next drain. A
+// healthy client answers at once and keeps its session: sending idle
+// sessions away (GOAWAY) instead would refuse a call that crossed the GOAWAY
+// on the wire, and connect-es clients (the notifier's) report that as
+// INTERNAL rather than trying again.
 import type http2 from "node:http2";
 
 export const SESSION_IDLE_MS = 5 * 60_000;
 
-export function retireIdleSessions(server: http2.Http2Server, idleMs: number, graceMs: number): void {
+export function pingIdleSessions(server: http2.Http2Server, idleMs: number, graceMs: number): void {
   server.on("session", (session: http2.ServerHttp2Session) => {
-    session.setTimeout(idleMs, () => closeWithin(session, graceMs));
+    // Node's session timeout counts a call's frames as activity, not PINGs.
+    session.setTimeout(idleMs, () => {
+      if (session.destroyed) return;
+      const cut = setTimeout(() => session.destroy(), graceMs).unref();
+      session.once("close", () => clearTimeout(cut));
+      session.ping((err) => {
+        if (!err) clearTimeout(cut);
+      });
+    });
   });
-}
-
-/** GOAWAY, so that open streams may finish; destroyed if still open after graceMs. */
-function closeWithin(session: http2.ServerHttp2Session, graceMs: number): void {
-  session.close();
-  const cut = setTimeout(() => session.destroy(), graceMs).unref();
-  session.once("close", () => clearTimeout(cut));
 }

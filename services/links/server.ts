@@ -28,7 +28,7 @@ import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
 import { serviceRegistrar } from "./json-codec.js";
 import { retireSessionsThatStrandWrites } from "./stranded-writes.js";
-import { retireIdleSessions, SESSION_IDLE_MS } from "./idle-sessions.js";
+import { pingIdleSessions, SESSION_IDLE_MS } from "./idle-sessions.js";
 import { createReflection } from "./reflection.js";
 import { DEADLINE_GRACE_MS, settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
@@ -67,7 +67,7 @@ export interface LinksServerOptions {
   probeDb?: () => Promise<void>;
   /** How long a closing HTTP/2 session may finish before it is destroyed; default SESSION_CLOSE_GRACE_MS. */
   sessionCloseGraceMs?: number;
-  /** A session with no frames this long is sent away; default SESSION_IDLE_MS (idle-sessions.ts). */
+  /** A session with no frames this long is pinged, and destroyed unless it answers; default SESSION_IDLE_MS (idle-sessions.ts). */
   sessionIdleMs?: number;
 }
 
@@ -187,7 +187,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
   });
   retireSessionsThatStrandWrites(server);
   const sessionCloseGraceMs = opts.sessionCloseGraceMs ?? SESSION_CLOSE_GRACE_MS;
-  retireIdleSessions(server, opts.sessionIdleMs ?? SESSION_IDLE_MS, sessionCloseGraceMs);
+  pingIdleSessions(server, opts.sessionIdleMs ?? SESSION_IDLE_MS, sessionCloseGraceMs);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
     sessions.add(session);
