@@ -373,10 +373,10 @@ describe("the internal DeliveryService", () => {
   it("stores any error text RecordAttempt is given: control characters replaced, the length capped", async () => {
     const { deliveries, eventId, attempt, eventNow } = await paidEvent("nul-record-client");
     const start = await deliveries.startAttempt(attempt);
-    const error = `HTTP 500: a\u0000b\u0007c\rd\te\nf${"x".repeat(5000)}`;
+    const error = `HTTP 500: a\u0000b\u0007c\rd\te\nf\u007fg\u009bh${"x".repeat(5000)}`;
     await deliveries.recordAttempt({ eventId, leaseToken: start.leaseToken, statusCode: 500, error, outcome: AttemptOutcome.RETRY, retryInMs: 1000 });
     const [logged] = (await eventNow()).attempts;
-    expect(logged!.error).toBe(`HTTP 500: a\ufffdb\ufffdc\ufffdd\te\nf${"x".repeat(5000)}`.slice(0, 1000));
+    expect(logged!.error).toBe(`HTTP 500: a\ufffdb\ufffdc\ufffdd\te\nf\ufffdg\ufffdh${"x".repeat(5000)}`.slice(0, 1000));
   });
 
   it("dead-letters, on schedule, a receiver whose 500 answers carry a NUL byte", async () => {

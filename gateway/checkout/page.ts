@@ -16,7 +16,12 @@ export interface PageOptions {
 const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer: "Bank transfer" };
 
 /** The merchant's name as the customer should see it, or undefined for none or only blanks. */
-/** Longer totals ("CHF 5,000,000.00") get the smaller type of `.amount.long`. */
+/**
+ * Longer totals ("CHF 5,000,000.00") get the smaller type of `.amount.long`,
+ * so that the longest ("BHD 999,999,999.999": Intl joins code and number
+ * with a no-break space) fits a 375 px phone on one line: cut off, its last
+ * digit was a wrong figure. Only a narrower screen still wraps it.
+ */
 const LONG_AMOUNT = 12;
 const merchantNameOf = (data: LinkData | undefined) => data?.merchantName?.trim() || undefined;
 

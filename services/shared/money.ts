@@ -1,25 +1,15 @@
-// ISO 4217 facts, as the runtime's ICU data knows them. Amounts are integer
-// minor units everywhere but at the JSON edge, where clients send numbers in
-// major units.
-
-const KNOWN = new Set(Intl.supportedValuesOf("currency"));
-const digitsCache = new Map<string, number>();
+// ISO 4217 facts, as the runtime's ICU data knows them, pinned in
+// currencies.ts. Amounts are integer minor units everywhere but at the JSON
+// edge, where clients send numbers in major units.
+import { CURRENCY_DIGITS } from "./currencies.js";
 
 export function isKnownCurrency(code: string): boolean {
-  return KNOWN.has(code);
+  return Object.hasOwn(CURRENCY_DIGITS, code);
 }
 
 /** Minor-unit digits: USD 2, JPY 0, BHD 3. Unknown codes get ICU's default of 2. */
 export function currencyDigits(code: string): number {
-  let digits = digitsCache.get(code);
-  if (digits === undefined) {
-    digits = /^[A-Z]{3}$/.test(code)
-      ? new Intl.NumberFormat("en", { style: "currency", currency: code }).resolvedOptions()
-          .maximumFractionDigits ?? 2
-      : 2;
-    digitsCache.set(code, digits);
-  }
-  return digits;
+  return isKnownCurrency(code) ? CURRENCY_DIGITS[code]! : 2;
 }
 
 /**
