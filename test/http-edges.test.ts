@@ -285,6 +285,15 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     const [head, body] = raw.split("\r\n\r\n");
     return { statusLine: head!.split("\r\n")[0], head: head!.toLowerCase(), body: JSON.parse(body!) };
   };
+  /** An answer in the contract's shape, made outside the routes. */
+  const expectRefusal = (raw: string, statusLine: string, error: string) => {
+    const res = parse(raw);
+    expect(res.statusLine).toBe(statusLine);
+    expect(res.body).toEqual({ error });
+    expect(res.head).toContain("content-type: application/json; charset=utf-8");
+    expect(res.head).toContain("cache-control: no-store");
+    expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+  };
 
   it("answers a head over 16 KiB with 431 in the contract's shape", async () => {
     const res = parse(await rawRequest(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Junk: ${"j".repeat(20_000)}\r\n\r\n`));
@@ -302,12 +311,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
 
   it("answers an HTTP/1.1 request without Host with 400 in the contract's shape, and serves HTTP/1.0 without one", async () => {
     for (const path of ["/v1/links/abc", "/healthz"]) {
-      const res = parse(await rawRequest(`GET ${path} HTTP/1.1\r\nClient-Id: client-a\r\nConnection: close\r\n\r\n`));
-      expect(res.statusLine, path).toBe("HTTP/1.1 400 Bad Request");
-      expect(res.body, path).toEqual({ error: "Host header is required" });
-      expect(res.head).toContain("content-type: application/json; charset=utf-8");
-      expect(res.head).toContain("cache-control: no-store");
-      expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+      const raw = await rawRequest(`GET ${path} HTTP/1.1\r\nClient-Id: client-a\r\nConnection: close\r\n\r\n`);
+      expectRefusal(raw, "HTTP/1.1 400 Bad Request", "Host header is required");
     }
     const old = parse(await rawRequest("GET /healthz HTTP/1.0\r\n\r\n"));
     expect(old.statusLine).toBe("HTTP/1.1 200 OK");
@@ -315,12 +320,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
 
   it("answers an Expect it cannot meet with 417 in the contract's shape", async () => {
     for (const path of ["/healthz", "/v1/links"]) {
-      const res = parse(await rawRequest(`GET ${path} HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\nExpect: foo\r\nConnection: close\r\n\r\n`));
-      expect(res.statusLine, path).toBe("HTTP/1.1 417 Expectation Failed");
-      expect(res.body, path).toEqual({ error: "Expectation failed" });
-      expect(res.head).toContain("content-type: application/json; charset=utf-8");
-      expect(res.head).toContain("cache-control: no-store");
-      expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+      const raw = await rawRequest(`GET ${path} HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\nExpect: foo\r\nConnection: close\r\n\r\n`);
+      expectRefusal(raw, "HTTP/1.1 417 Expectation Failed", "Expectation failed");
     }
     const mine = parse(await rawRequest("GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nX-Request-Id: mine-417\r\nConnection: close\r\n\r\n"));
     expect(mine.head).toContain("x-request-id: mine-417\r\n");
@@ -328,11 +329,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
 
   it("answers CONNECT with 501 in the contract's shape, where Node closed the connection without a word", async () => {
     for (const target of ["/v1/links", "example.com:443"]) {
-      const res = parse(await rawRequest(`CONNECT ${target} HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\n\r\n`));
-      expect(res.statusLine, target).toBe("HTTP/1.1 501 Not Implemented");
-      expect(res.body, target).toEqual({ error: "Method not implemented" });
-      expect(res.head).toContain("content-type: application/json; charset=utf-8");
-      expect(res.head).toMatch(/x-request-id: [0-9a-f-]{36}/);
+      const raw = await rawRequest(`CONNECT ${target} HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\n\r\n`);
+      expectRefusal(raw, "HTTP/1.1 501 Not Implemented", "Method not implemented");
     }
     const mine = parse(await rawRequest("CONNECT /v1/links HTTP/1.1\r\nHost: x\r\nX-Request-Id: mine-501\r\n\r\n"));
     expect(mine.head).toContain("x-request-id: mine-501\r\n");
