@@ -88,16 +88,26 @@ const hpack = (headers: Record<string, string>) =>
  * the stream's end. nghttp2 answers GOAWAY STREAM_CLOSED, and Node stops
  * reading the session and never closes it. The client then ends its side.
  */
-async function breakHttp2Rules(port: number): Promise<net.Socket> {
+async function breakHttp2Rules(port: number, { idleFirstMs = 0 } = {}): Promise<net.Socket> {
   const socket = net.connect(port, "127.0.0.1");
   socket.on("error", () => {});
-  socket.on("data", () => {});
+  // A well-behaved client until it breaks the rules: it answers PINGs (the 8-byte payload back, flagged ACK).
+  let received = Buffer.alloc(0);
+  socket.on("data", (chunk: Buffer) => {
+    received = Buffer.concat([received, chunk]);
+    while (received.length >= 9 && received.length >= 9 + received.readUIntBE(0, 3)) {
+      const length = received.readUIntBE(0, 3);
+      if (received[3] === 6 && !(received[4]! & 0x1)) socket.write(h2Frame(6, 0x1, 0, received.subarray(9, 9 + length)));
+      received = received.subarray(9 + length);
+    }
+  });
   await new Promise((resolve) => socket.once("connect", resolve));
+  socket.write(Buffer.concat([Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), h2Frame(4, 0, 0)])); // preface, SETTINGS
+  await new Promise((resolve) => setTimeout(resolve, idleFirstMs));
+  if (socket.readableEnded || socket.destroyed) throw new Error("the session was closed while idle and answering pings");
   const headers = hpack({ ":method": "POST", ":scheme": "http", ":path": "/paylink.v1.LinkService/GetLink", ":authority": "x", "content-type": "application/grpc", te: "trailers", "client-id": "client-a" });
   socket.write(
     Buffer.concat([
-      Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
-      h2Frame(4, 0, 0), // SETTINGS
       h2Frame(1, 0x4, 1, headers), // HEADERS, END_HEADERS
       h2Frame(0, 0x1, 1, grpcFrame(valid())), // DATA, END_STREAM
       h2Frame(0, 0, 1, grpcFrame(valid())), // DATA after the stream's end
@@ -121,10 +131,12 @@ it("drains within its bounds though a client broke HTTP/2's rules on a session",
   expect(performance.now() - started).toBeLessThan(3_000);
 });
 
-it("closes a session whose client broke HTTP/2's rules once it has been idle and left a ping unanswered, without waiting for a drain", async () => {
+it.each([0, 800])(
+  "closes a session whose client broke HTTP/2's rules (after %i ms idle and answering pings) once it has been idle and left a ping unanswered, without waiting for a drain",
+  async (idleFirstMs) => {
   const links = await stack.startLinksCopy({ sessionIdleMs: 300, sessionCloseGraceMs: 300 });
   try {
-    const socket = await breakHttp2Rules(links.port);
+    const socket = await breakHttp2Rules(links.port, { idleFirstMs });
     // The server's side closing is what frees the socket (no CLOSE-WAIT left).
     const closed = await Promise.race([
       new Promise((resolve) => (socket.destroyed ? resolve(true) : socket.once("close", () => resolve(true)))),
@@ -134,4 +146,5 @@ it("closes a session whose client broke HTTP/2's rules once it has been idle and
   } finally {
     await links.close();
   }
-});
+  },
+);

@@ -15,7 +15,6 @@ export interface PageOptions {
 
 const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer: "Bank transfer" };
 
-/** The merchant's name as the customer should see it, or undefined for none or only blanks. */
 /**
  * Longer totals ("CHF 5,000,000.00") get the smaller type of `.amount.long`,
  * so that the longest ("BHD 999,999,999.999": Intl joins code and number
@@ -23,6 +22,8 @@ const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer:
  * digit was a wrong figure. Only a narrower screen still wraps it.
  */
 const LONG_AMOUNT = 12;
+
+/** The merchant's name as the customer should see it, or undefined for none or only blanks. */
 const merchantNameOf = (data: LinkData | undefined) => data?.merchantName?.trim() || undefined;
 
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {

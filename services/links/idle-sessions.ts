@@ -14,10 +14,13 @@ export const SESSION_IDLE_MS = 5 * 60_000;
 export function pingIdleSessions(server: http2.Http2Server, idleMs: number, graceMs: number): void {
   server.on("session", (session: http2.ServerHttp2Session) => {
     // Node's session timeout counts a call's frames as activity, not PINGs.
-    session.setTimeout(idleMs, () => {
+    // Not setTimeout's callback: Node calls that only on the first timeout.
+    session.setTimeout(idleMs);
+    session.on("timeout", () => {
       if (session.destroyed) return;
+      // No "close" listener: a session idle again and again would pile them
+      // up. Destroying a session that closed meanwhile does nothing.
       const cut = setTimeout(() => session.destroy(), graceMs).unref();
-      session.once("close", () => clearTimeout(cut));
       session.ping((err) => {
         if (!err) clearTimeout(cut);
       });
