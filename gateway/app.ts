@@ -93,9 +93,12 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
           : code === "ERR_HTTP_REQUEST_TIMEOUT"
             ? { status: 408, message: "Request timeout" }
             : { status: 400, message: "Malformed HTTP request" };
-      // A 408 cuts a request a route already has: its answer keeps the request's id.
+      // A 408 cuts a request a route already has, whose body never came: its
+      // answer keeps that request's id. Any other refusal is of bytes after
+      // it (a pipelined request), which are not that request.
       const current = (socket as { _httpMessage?: { req?: IncomingMessage } })._httpMessage?.req;
-      answerAndClose(socket, rawAnswer(refuseUnrouted(status, message, code, current)));
+      const cut = code === "ERR_HTTP_REQUEST_TIMEOUT" && current && !current.complete ? current : undefined;
+      answerAndClose(socket, rawAnswer(refuseUnrouted(status, message, code, cut)));
     },
   });
   // Node answers an Expect other than 100-continue itself (417, no body) and

@@ -365,6 +365,17 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     }
   });
 
+  it("never gives a malformed pipelined request's 400 the id of the request before it", async () => {
+    const raw = await rawRequest(
+      // The first one's answer still on its way (a LinkService call) when the parser meets the second.
+      `GET /v1/links/${linkId} HTTP/1.1\r\nHost: x\r\n${Object.entries(await stack.merchantHeaders("client-a")).map(([k, v]) => `${k}: ${v}\r\n`).join("")}X-Request-Id: good-1\r\n\r\n` +
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    );
+    const refusal = raw.slice(raw.indexOf("HTTP/1.1 400"));
+    expect(refusal).toMatch(/\r\nX-Request-Id: [0-9a-f-]{36}\r\n/);
+    expect(refusal).not.toContain("good-1");
+  });
+
   it("refuses a JSON body that is not UTF-8", async () => {
     const body = Buffer.concat([
       Buffer.from('{"type":"payment","data":{"amount":{"value":1,"currency":"USD"},"description":"'),
