@@ -134,17 +134,17 @@ it("drains within its bounds though a client broke HTTP/2's rules on a session",
 it.each([0, 800])(
   "closes a session whose client broke HTTP/2's rules (after %i ms idle and answering pings) once it has been idle and left a ping unanswered, without waiting for a drain",
   async (idleFirstMs) => {
-  const links = await stack.startLinksCopy({ sessionIdleMs: 300, sessionCloseGraceMs: 300 });
-  try {
-    const socket = await breakHttp2Rules(links.port, { idleFirstMs });
-    // The server's side closing is what frees the socket (no CLOSE-WAIT left).
-    const closed = await Promise.race([
-      new Promise((resolve) => (socket.destroyed ? resolve(true) : socket.once("close", () => resolve(true)))),
-      new Promise((resolve) => setTimeout(() => resolve(false), 3_000)),
-    ]);
-    expect(closed).toBe(true);
-  } finally {
-    await links.close();
-  }
+    const links = await stack.startLinksCopy({ sessionIdleMs: 300, sessionCloseGraceMs: 300 });
+    try {
+      const socket = await breakHttp2Rules(links.port, { idleFirstMs });
+      // The server's side closing is what frees the socket (no CLOSE-WAIT left).
+      const closed = await Promise.race([
+        new Promise((resolve) => (socket.destroyed ? resolve(true) : socket.once("close", () => resolve(true)))),
+        new Promise((resolve) => setTimeout(() => resolve(false), 3_000)),
+      ]);
+      expect(closed).toBe(true);
+    } finally {
+      await links.close();
+    }
   },
 );
