@@ -22,7 +22,6 @@ export type { GatewayDeps } from "./deps.js";
 const BODY_LIMIT = 64 * 1024;
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
-
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const requestTimeout = deps.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   // Never seen by a route's hooks: counted and logged here, under the id the client is given.

@@ -55,6 +55,19 @@ describe("Idempotency-Key on pay", () => {
     expect(otherCard.status).toBe(422);
   });
 
+  it("an expiry year is compared as the year it names: 30 is 2030, 2130 is not", async () => {
+    const id = await newLink();
+    const key = randomUUID();
+    expect((await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, exp_year: 2030 } }, key)).status).toBe(200);
+    const twoDigits = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, exp_year: 30 } }, key);
+    expect(twoDigits.status).toBe(200);
+    expect(twoDigits.headers.get("idempotent-replayed")).toBe("true");
+    for (const year of [2130, 130]) {
+      const other = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, exp_year: year } }, key);
+      expect(other.status).toBe(422);
+    }
+  });
+
   it("concurrent tries of one attempt all answer 200 with the one payment", async () => {
     const id = await newLink();
     const key = randomUUID();

@@ -35,6 +35,9 @@ const CARD_REFUSED = Symbol("paylink.cardRefused");
 const cardRefused = (message: string) => Object.assign(invalid(message), { [CARD_REFUSED]: true });
 export const isCardRefusal = (err: unknown): boolean => typeof err === "object" && err !== null && CARD_REFUSED in err;
 
+/** Two-digit years are what the card shows; both forms are accepted. */
+export const fullYear = (expYear: number): number => (expYear < 100 ? 2000 + expYear : expYear);
+
 export function validateCard(card: Card | undefined, clock: Clock): CardInput {
   if (!card) throw invalid("card is required for payment_method card");
   const number = card.number.replace(/[\s-]/g, "");
@@ -44,11 +47,10 @@ export function validateCard(card: Card | undefined, clock: Clock): CardInput {
   if (!Number.isInteger(card.expMonth) || card.expMonth < 1 || card.expMonth > 12) {
     throw invalid("card.exp_month must be an integer from 1 to 12");
   }
-  // Two-digit years are what the card shows; both forms are accepted.
   if (!Number.isInteger(card.expYear) || card.expYear < 0 || card.expYear > 9999) {
     throw invalid("card.exp_year must be a year such as 2030");
   }
-  const year = card.expYear < 100 ? 2000 + card.expYear : card.expYear;
+  const year = fullYear(card.expYear);
   const now = clock.now();
   // A card is good through the last day of its expiry month.
   if (year < now.getUTCFullYear() || (year === now.getUTCFullYear() && card.expMonth < now.getUTCMonth() + 1)) {

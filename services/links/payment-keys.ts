@@ -15,6 +15,7 @@ import {
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { idempotencyKeyReused } from "../shared/rpc-errors.js";
 import { isLinkId } from "../shared/ids.js";
+import { fullYear } from "./card.js";
 import type { Executor } from "./db.js";
 import * as store from "./store.js";
 import { validateIdempotencyKey } from "./validate.js";
@@ -36,7 +37,9 @@ function requestHash(req: CompletePaymentRequest): string {
       last4: card.number.replace(/\D/g, "").slice(-4),
       digits: card.number.replace(/\D/g, "").length,
       expMonth: card.expMonth,
-      expYear: card.expYear % 100,
+      // 30 and 2030 are one expiry, 2130 another. Counted from 2000, so a
+      // key stored when this was the year's last two digits still matches.
+      expYear: fullYear(card.expYear) - 2000,
       name: card.name ?? "",
     },
   };
