@@ -298,6 +298,22 @@ describe("POST /link/{id}/pay", () => {
     expect((await page(id)).status).toBe(200);
   });
 
+  it("takes a card through the last day of its expiry month, and refuses it from the next", async () => {
+    const before = stack.clock.now();
+    try {
+      stack.clock.set(new Date(`${nextYear}-06-30T23:59:59.000Z`));
+      const lastMonth = await pay(await createLink(), { payment_method: "card", card: { ...goodCard, exp_month: 5 } });
+      expect({ status: lastMonth.status, body: lastMonth.body }).toEqual({ status: 400, body: { error: "Card has expired" } });
+      const thisMonth = await pay(await createLink(), { payment_method: "card", card: { ...goodCard, exp_month: 6 } });
+      expect(thisMonth.status, thisMonth.text).toBe(200);
+      stack.clock.set(new Date(`${nextYear}-07-01T00:00:00.000Z`));
+      const monthGone = await pay(await createLink(), { payment_method: "card", card: { ...goodCard, exp_month: 6, exp_year: nextYear % 100 } });
+      expect({ status: monthGone.status, body: monthGone.body }).toEqual({ status: 400, body: { error: "Card has expired" } });
+    } finally {
+      stack.clock.set(before);
+    }
+  });
+
   it("answers 400 for a method the link does not allow", async () => {
     const id = await createLink({ allowed_payment_methods: ["card"] });
     const res = await pay(id, { payment_method: "bank_transfer" });

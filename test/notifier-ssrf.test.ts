@@ -1,7 +1,8 @@
 // The SSRF guard: which addresses production refuses, that the refusal
 // happens on the address a name resolves to (not only on literal hosts), and
 // that the test environment still reaches loopback receivers.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import dns from "node:dns";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { addressPolicy, guardedLookup, RefusedAddressError, refusal } from "../services/notifier/address-policy.js";
 import { createDeliverer } from "../services/notifier/deliver.js";
 import { startNotifier } from "../services/notifier/notifier.js";
@@ -62,6 +63,30 @@ describe("guardedLookup", () => {
       );
       expect(err).toBeInstanceOf(RefusedAddressError);
       expect(err!.message).toContain("loopback");
+    }
+  });
+
+  it("keeps only the allowed addresses of a name that resolves to refused ones too (DNS rebinding)", async () => {
+    // No DNS server here can answer a name with a public and a loopback
+    // address, so the resolver's answer is given; the filtering is ours.
+    const answer = [
+      { address: "127.0.0.1", family: 4 },
+      { address: "93.184.216.34", family: 4 },
+      { address: "169.254.169.254", family: 4 },
+    ];
+    const lookup = vi.spyOn(dns, "lookup").mockImplementation(((_host: string, _opts: unknown, cb: (e: null, a: typeof answer) => void) =>
+      cb(null, answer)) as never);
+    try {
+      const all = await new Promise((resolve, reject) =>
+        guardedLookup("rebind.example", { all: true }, (e, a) => (e ? reject(e) : resolve(a))),
+      );
+      expect(all).toEqual([{ address: "93.184.216.34", family: 4 }]);
+      const one = await new Promise((resolve, reject) =>
+        guardedLookup("rebind.example", {}, (e, address, family) => (e ? reject(e) : resolve({ address, family }))),
+      );
+      expect(one).toEqual({ address: "93.184.216.34", family: 4 });
+    } finally {
+      lookup.mockRestore();
     }
   });
 });

@@ -67,6 +67,16 @@ describe("per client on /v1", () => {
     expect([await get(), await get()]).toEqual([200, 429]);
   });
 
+  it("saves no more than the burst while a client is idle", async () => {
+    const get = async () => (await api(stack, "GET", "/v1/links", { clientId: "rl-idle" })).status;
+    expect(await get()).toBe(200);
+    // 4.5 s at 2 per 4 s would bring 2.25 more tokens to the 3 left, past the burst of 4.
+    await new Promise((resolve) => setTimeout(resolve, 4_500));
+    const statuses = [];
+    for (let i = 0; i < 6; i++) statuses.push(await get());
+    expect(statuses).toEqual([200, 200, 200, 200, 429, 429]);
+  });
+
   it("with PAYLINK_AUTH=client-id, counts a client as one whatever Authorization its requests carry", async () => {
     const own = await startStack({ auth: "client-id", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
     try {
