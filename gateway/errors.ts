@@ -1,9 +1,10 @@
 // The one table from RPC errors to the contract's HTTP statuses and bodies.
-// ErrorInfo reasons are looked up first, then codes. Messages of client
-// errors come from the LinkService, which owns them; anything unexpected is
-// a bare 500.
+// Our ErrorInfo reasons decide before codes (Unauthenticated, which carries
+// a header of its own, aside). Messages of client errors come from the
+// LinkService, which owns them; anything unexpected is a bare 500.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
+import { ERROR_DOMAIN, type Reason } from "../services/shared/rpc-errors.js";
 
 export interface HttpError {
   status: number;
@@ -11,7 +12,8 @@ export interface HttpError {
   headers?: Record<string, string>;
 }
 
-const BY_REASON: Record<string, number> = {
+// Keyed by the vocabulary's type, so a reason renamed there cannot quietly fall out of here.
+const BY_REASON: Partial<Record<Reason, number>> = {
   LINK_USED: 409,
   LINK_EXPIRED: 410,
   CARD_DECLINED: 402,
@@ -21,13 +23,14 @@ const BY_REASON: Record<string, number> = {
 };
 
 /** Reasons whose answer carries headers too. */
-const BY_REASON_SPECIAL: Record<string, (metadata: Record<string, string>) => HttpError> = {
+const BY_REASON_SPECIAL: Partial<Record<Reason, (metadata: Record<string, string>) => HttpError>> = {
   PAYMENT_ATTEMPTS_EXCEEDED: (metadata) => tooManyRequests(Number(metadata.retry_after_seconds) || 1),
 };
 
-export const tooManyRequests = (retryAfterSeconds: number): HttpError => ({
+export const TOO_MANY_REQUESTS = "Too many requests";
+const tooManyRequests = (retryAfterSeconds: number): HttpError => ({
   status: 429,
-  message: "Too many requests",
+  message: TOO_MANY_REQUESTS,
   headers: { "retry-after": String(Math.max(1, Math.ceil(retryAfterSeconds))) },
 });
 
@@ -66,9 +69,10 @@ export function httpErrorOf(err: unknown): HttpError | undefined {
 
 /** The HTTP answer for an RPC error, or undefined when it is a server fault to log. */
 export function httpErrorFromRpc(err: ConnectError): HttpError | undefined {
-  const info = err.findDetails(ErrorInfoSchema)[0];
-  const reason = info?.reason;
-  if (reason && BY_REASON_SPECIAL[reason]) return BY_REASON_SPECIAL[reason](info!.metadata);
+  const info = err.findDetails(ErrorInfoSchema).find((detail) => detail.domain === ERROR_DOMAIN);
+  const reason = info?.reason as Reason | undefined;
+  const special = reason && BY_REASON_SPECIAL[reason];
+  if (special) return special(info!.metadata);
   if (err.code === Code.Unauthenticated) {
     return { status: 401, message: err.rawMessage, headers: { "www-authenticate": "Bearer" } };
   }

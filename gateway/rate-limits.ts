@@ -5,6 +5,7 @@
 import rateLimit from "@fastify/rate-limit";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { bearerSecret } from "../services/shared/bearer.js";
+import { TOO_MANY_REQUESTS } from "./errors.js";
 import type { AuthMode, RateLimit } from "../services/shared/config.js";
 
 /** Registers the limiter on `app` itself, before the routes that name a limit. */
@@ -13,7 +14,7 @@ export function registerRateLimits(app: FastifyInstance): void {
     global: false,
     store: TokenBuckets,
     // The limiter sets Retry-After (seconds); the body is the contract's.
-    errorResponseBuilder: () => Object.assign(new Error("Too many requests"), { statusCode: 429 }),
+    errorResponseBuilder: () => Object.assign(new Error(TOO_MANY_REQUESTS), { statusCode: 429 }),
   });
 }
 

@@ -196,9 +196,12 @@ describe("gRPC in api-key mode", () => {
 
 describe("the admin service", () => {
   it("answers only to ADMIN_TOKEN", async () => {
-    for (const headers of [{}, { authorization: "Bearer wrong" }, { authorization: `Bearer ${ADMIN_TOKEN}x` }] as Record<string, string>[]) {
+    for (const authorization of [undefined, "Bearer wrong", `Bearer ${ADMIN_TOKEN}x`, `Bearer ${ADMIN_TOKEN} x`, `Basic ${ADMIN_TOKEN}`]) {
+      const headers: Record<string, string> = authorization ? { authorization } : {};
       await expect(admin.listApiKeys({ clientId: "x" }, { headers })).rejects.toMatchObject({ code: Code.Unauthenticated });
     }
+    // The scheme in any case, as for every bearer token.
+    expect(await admin.listApiKeys({ clientId: "x" }, { headers: { authorization: `bearer ${ADMIN_TOKEN}` } })).toBeDefined();
     await expect(admin.revokeApiKey({ id: "key-nope" }, asAdmin)).rejects.toMatchObject({ code: Code.NotFound });
     await expect(admin.createApiKey({ clientId: " " }, asAdmin)).rejects.toMatchObject({ code: Code.InvalidArgument });
   });

@@ -128,11 +128,13 @@ describe("the internal DeliveryService", () => {
     const transport = await server({ internalToken: "s3cret-internal", env: "production" });
     const deliveries = createClient(DeliveryService, transport);
     await expectCode(deliveries.startAttempt(probe), Code.Unauthenticated, "Invalid internal token");
-    for (const authorization of ["Bearer wrong", "Basic s3cret-internal", "s3cret-internal", "Bearer s3cret-interna"]) {
+    for (const authorization of ["Bearer wrong", "Basic s3cret-internal", "s3cret-internal", "Bearer s3cret-interna", "Bearer s3cret-internal x", "Bearer  s3cret-internal"]) {
       await expectCode(deliveries.startAttempt(probe, { headers: { authorization } }), Code.Unauthenticated);
     }
-    const ok = await deliveries.startAttempt(probe, { headers: { authorization: "Bearer s3cret-internal" } });
-    expect(ok.action).toBe(StartAttemptAction.SKIP);
+    for (const authorization of ["Bearer s3cret-internal", "bearer s3cret-internal"]) {
+      const ok = await deliveries.startAttempt(probe, { headers: { authorization } });
+      expect(ok.action).toBe(StartAttemptAction.SKIP);
+    }
     // The merchant API is not behind the internal token.
     await expectCode(
       createClient(LinkService, transport).getLink({ id: "lnk-x" }, { headers: { "client-id": "c" } }),

@@ -266,17 +266,49 @@ describe("Idempotency-Key", () => {
     expect(other.body).toEqual({ error: "Idempotency-Key was already used with a different request" });
   });
 
+  /** A claim of `key` as a first request makes it, copied from an answered one of `me`'s. */
+  const claim = (me: string, key: string) =>
+    stack.db.execute(sql`
+      INSERT INTO idempotency_keys (client_id, key, request_hash, created_at)
+      SELECT client_id, ${key}, request_hash, ${stack.clock.now().toISOString()}::timestamptz
+      FROM idempotency_keys WHERE client_id = ${me} AND key = 'warm-up'`);
+
   it("answers 409 while the first request with the key is in flight", async () => {
     const me = uniqueClient();
-    // A first request that has claimed its key and not yet answered.
     await post(me, "warm-up", validLink());
-    await stack.db.execute(sql`
-      INSERT INTO idempotency_keys (client_id, key, request_hash, created_at)
-      SELECT client_id, 'in-flight', request_hash, ${stack.clock.now().toISOString()}::timestamptz
-      FROM idempotency_keys WHERE client_id = ${me} AND key = 'warm-up'`);
-    const res = await post(me, "in-flight", validLink());
-    expect(res.status).toBe(409);
-    expect(res.body).toEqual({ error: "A request with this Idempotency-Key is in progress" });
+    // A first request that has claimed its key and holds its lock in its work transaction.
+    await claim(me, "in-flight");
+    const holder = postgres(stack.databaseUrl, { max: 1, onnotice: () => {} });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => (locked = resolve));
+    const holding = holder.begin(async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(hashtextextended(${me} || chr(31) || 'in-flight', 0))`;
+      locked();
+      await released;
+    });
+    try {
+      await isLocked;
+      const res = await post(me, "in-flight", validLink());
+      expect(res.status).toBe(409);
+      expect(res.body).toEqual({ error: "A request with this Idempotency-Key is in progress" });
+    } finally {
+      release();
+      await holding;
+      await holder.end();
+    }
+  });
+
+  it("serves a retry whose first request died within its first second, not 'in progress'", async () => {
+    const me = uniqueClient();
+    await post(me, "warm-up", validLink());
+    // Claimed just now, and no transaction holds its lock: its LinkService was killed before answering.
+    await claim(me, "orphan");
+    const res = await post(me, "orphan", validLink());
+    expect(res.status, res.text).toBe(201);
+    expect(res.headers.get("idempotent-replayed")).toBeNull();
+    expect((await post(me, "orphan", validLink())).headers.get("idempotent-replayed")).toBe("true");
   });
 
   it("never drops an answered key as abandoned: its answer must stand", async () => {

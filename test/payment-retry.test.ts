@@ -55,15 +55,18 @@ describe("Idempotency-Key on pay", () => {
     expect(otherCard.status).toBe(422);
   });
 
-  it("an expiry year is compared as the year it names: 30 is 2030, 2130 is not", async () => {
+  it("a card is compared as the card it names: 30 is 2030 but 2130 is not, spaced digits are the digits but dots are not", async () => {
     const id = await newLink();
     const key = randomUUID();
     expect((await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, exp_year: 2030 } }, key)).status).toBe(200);
-    const twoDigits = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, exp_year: 30 } }, key);
-    expect(twoDigits.status).toBe(200);
-    expect(twoDigits.headers.get("idempotent-replayed")).toBe("true");
-    for (const year of [2130, 130]) {
-      const other = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, exp_year: year } }, key);
+    for (const card of [{ exp_year: 30 }, { exp_year: 2030, number: "4242 4242-4242 4242" }]) {
+      const same = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, ...card } }, key);
+      expect(same.status).toBe(200);
+      expect(same.headers.get("idempotent-replayed")).toBe("true");
+    }
+    // A number the card check would refuse is not the number that paid.
+    for (const card of [{ exp_year: 2130 }, { exp_year: 130 }, { exp_year: 2030, number: "4242.4242.4242.4242" }]) {
+      const other = await pay(stack.gatewayUrl, id, { payment_method: "card", card: { ...CARD, ...card } }, key);
       expect(other.status).toBe(422);
     }
   });

@@ -1,6 +1,5 @@
 // paylink.admin.v1.AdminService: merchants' secret API keys. It answers only
 // to the operator's ADMIN_TOKEN, and is off (UNIMPLEMENTED) without one.
-import { createHash, timingSafeEqual } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
@@ -10,6 +9,7 @@ import type { PaylinkEnv } from "../shared/config.js";
 import { KEY_ID, newKeyId } from "../shared/ids.js";
 import { invalid } from "../shared/rpc-errors.js";
 import { hashSecret, newSecret } from "./auth.js";
+import { bearerTokenMatcher } from "./bearer-token.js";
 import type { Db } from "./db.js";
 import * as keys from "./key-store.js";
 import { validateClientId } from "./validate.js";
@@ -67,17 +67,13 @@ function toApiKey(row: keys.ApiKeyRow): ApiKey {
   });
 }
 
-/** Admits AdminService calls that carry `authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
+/** Admits AdminService calls that carry `authorization: Bearer <ADMIN_TOKEN>`. */
 export function adminGuard(adminToken: string | undefined): Interceptor {
-  // Digests have one length whatever was sent, so the comparison leaks neither content nor length.
-  const expected = adminToken === undefined ? undefined : digest(adminToken);
+  const matches = adminToken === undefined ? undefined : bearerTokenMatcher(adminToken);
   return (next) => async (req) => {
     if (req.service.typeName !== AdminService.typeName) return next(req);
-    if (!expected) throw new ConnectError("The admin service is off: ADMIN_TOKEN is not set", Code.Unimplemented);
-    const given = /^Bearer (.+)$/i.exec(req.header.get("authorization") ?? "")?.[1] ?? "";
-    if (!timingSafeEqual(digest(given), expected)) throw new ConnectError("Invalid admin token", Code.Unauthenticated);
+    if (!matches) throw new ConnectError("The admin service is off: ADMIN_TOKEN is not set", Code.Unimplemented);
+    if (!matches(req.header.get("authorization"))) throw new ConnectError("Invalid admin token", Code.Unauthenticated);
     return next(req);
   };
 }
-
-const digest = (value: string) => createHash("sha256").update(value, "utf8").digest();

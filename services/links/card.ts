@@ -35,12 +35,15 @@ const CARD_REFUSED = Symbol("paylink.cardRefused");
 const cardRefused = (message: string) => Object.assign(invalid(message), { [CARD_REFUSED]: true });
 export const isCardRefusal = (err: unknown): boolean => typeof err === "object" && err !== null && CARD_REFUSED in err;
 
+/** The number as typed, without the spaces and dashes a card prints between its groups. */
+export const cardDigits = (number: string): string => number.replace(/[\s-]/g, "");
+
 /** Two-digit years are what the card shows; both forms are accepted. */
 export const fullYear = (expYear: number): number => (expYear < 100 ? 2000 + expYear : expYear);
 
 export function validateCard(card: Card | undefined, clock: Clock): CardInput {
   if (!card) throw invalid("card is required for payment_method card");
-  const number = card.number.replace(/[\s-]/g, "");
+  const number = cardDigits(card.number);
   // No number (proto3's "" for an omitted one) is bad input, not a card tried.
   if (number === "") throw invalid("card.number is required");
   if (!/^\d{12,19}$/.test(number) || !luhnValid(number)) throw cardRefused("Invalid card number");

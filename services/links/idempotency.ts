@@ -21,9 +21,11 @@ const KEY_TTL_MS = 24 * 3_600_000;
 // its key is free again.
 const ABANDONED_MS = 5 * 60_000;
 // A first request's work transaction holds the key's advisory lock; a claim
-// this old whose lock nobody holds belongs to a request that died (its
-// LinkService was killed, its connection lost): the work rolled back, and a
-// retry takes the key over at once instead of hearing "in progress".
+// whose lock nobody holds belongs to a request that died (its LinkService was
+// killed, its connection lost): the work rolled back, and a retry takes the
+// key over instead of hearing "in progress". Only a claim younger than this
+// may be a live request between committing its claim and taking the lock, so
+// a retry that meets one looks again once it is this old.
 const ORPHANED_MS = 1_000;
 
 type Work = (tx: Executor) => Promise<CreateLinkResponse>;
@@ -41,6 +43,8 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
       const requestHash = hashRequest(req);
       const ref = { clientId, key };
 
+      // The claim this request has waited on to come of age (ORPHANED_MS).
+      let waitedOn: number | undefined;
       for (let attempt = 0; attempt < 3; attempt++) {
         const now = clock.now();
         if (await store.claimKey(db, ref, requestHash, now)) {
@@ -63,12 +67,19 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
         const held = await store.findKey(db, ref);
         if (!held) continue; // released between our claim and this read
         const age = now.getTime() - held.createdAt.getTime();
-        const orphaned = async () => age >= ORPHANED_MS && (await store.keyLockIsFree(db, ref));
+        const comeOfAge = age >= ORPHANED_MS || held.createdAt.getTime() === waitedOn;
+        const orphaned = async () => comeOfAge && (await store.keyLockIsFree(db, ref));
         if (age >= KEY_TTL_MS || (held.response === null && (age >= ABANDONED_MS || (await orphaned())))) {
           await store.dropKey(db, ref, held.createdAt, age < KEY_TTL_MS);
           continue;
         }
         if (held.requestHash !== requestHash) throw idempotencyKeyReused();
+        if (held.response === null && !comeOfAge && (await store.keyLockIsFree(db, ref))) {
+          waitedOn = held.createdAt.getTime();
+          // Capped: a claim from a copy whose clock runs ahead looks younger than it is.
+          await new Promise((resolve) => setTimeout(resolve, Math.min(ORPHANED_MS, ORPHANED_MS - age)));
+          continue;
+        }
         if (held.response === null) throw idempotencyKeyInUse();
         return create(CreateLinkResponseSchema, {
           ...fromBinary(CreateLinkResponseSchema, held.response),

@@ -15,7 +15,7 @@ import {
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { idempotencyKeyReused } from "../shared/rpc-errors.js";
 import { isLinkId } from "../shared/ids.js";
-import { fullYear } from "./card.js";
+import { cardDigits, fullYear } from "./card.js";
 import type { Executor } from "./db.js";
 import * as store from "./store.js";
 import { validateIdempotencyKey } from "./validate.js";
@@ -34,8 +34,8 @@ function requestHash(req: CompletePaymentRequest): string {
   const shape = {
     method: req.paymentMethod,
     card: card && {
-      last4: card.number.replace(/\D/g, "").slice(-4),
-      digits: card.number.replace(/\D/g, "").length,
+      last4: cardDigits(card.number).slice(-4),
+      digits: cardDigits(card.number).length,
       expMonth: card.expMonth,
       // 30 and 2030 are one expiry, 2130 another. Counted from 2000, so a
       // key stored when this was the year's last two digits still matches.
