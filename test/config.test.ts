@@ -1,6 +1,6 @@
 // Settings are parsed once at start-up; a bad value stops the process with a
 // message that names the variable.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import net from "node:net";
 import Fastify from "fastify";
 import { describe, expect, inject, it } from "vitest";
@@ -257,12 +257,27 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
   it.each([
     ["a database that does not exist", (url: URL) => (url.pathname = "/no_such_paylink_db"), 'database "no_such_paylink_db" does not exist'],
     ["a role that does not exist", (url: URL) => ((url.username = "no_such_role"), (url.password = "hunter2-secret")), 'role "no_such_role" does not exist'],
+    // A Prisma-style option, which postgres.js hands PostgreSQL as a setting.
+    ["an option PostgreSQL does not know", (url: URL) => url.searchParams.set("schema", "public"), 'unrecognized configuration parameter "schema"'],
+    ["an option postgres.js refuses", (url: URL) => url.searchParams.set("target_session_attrs", "bogus"), "target_session_attrs bogus is not supported"],
   ])("start:links with %s", (_what, change, reason) => {
     const url = new URL(inject("databaseUrl"));
     change(url);
     const run = runEntry("services/links/main.ts", { DATABASE_URL: url.toString() });
     expectOneLine(run, `links: start-up failed: the database DATABASE_URL names (${url.hostname}:${url.port}${url.pathname}) cannot be used: ${reason}`);
     expect(run.stderr + run.stdout).not.toContain("hunter2-secret");
+  });
+
+  it("start:links with a port that takes connections and never speaks PostgreSQL: gives up within seconds, not never", async () => {
+    // In a process of its own: spawnSync holds this one's loop.
+    const fake = spawn(process.execPath, ["-e", `require("net").createServer((s) => setTimeout(() => s.destroy(), 300)).listen(0, "127.0.0.1", function () { console.log(this.address().port) })`]);
+    try {
+      const port = await new Promise<string>((resolve) => fake.stdout.once("data", (chunk: Buffer) => resolve(chunk.toString().trim())));
+      const run = runEntry("services/links/main.ts", { DATABASE_URL: `postgres://postgres@127.0.0.1:${port}/paylink` });
+      expectOneLine(run, `links: start-up failed: the database DATABASE_URL names (127.0.0.1:${port}/paylink) cannot be used: PostgreSQL did not answer within 10000 ms`);
+    } finally {
+      fake.kill();
+    }
   });
 
   it("start:links with several hosts (which WHATWG's URL refuses) and a database that does not exist", () => {

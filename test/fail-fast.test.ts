@@ -12,6 +12,8 @@ import { DatabaseTimeout } from "../services/links/db-errors.js";
 import { createDbProbe } from "../services/links/db-probe.js";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
+import { freePort, startNatsServer } from "./support/nats.js";
+import { spawnRole, waitListening } from "./support/processes.js";
 
 const BOUND_MS = 2_000;
 let pg: PrivatePostgres;
@@ -221,6 +223,31 @@ describe("PostgreSQL unavailable", () => {
         body: JSON.stringify({ payment_method: "bank_transfer" }),
       });
       expect(res.status).toBe(200);
+    }
+  });
+});
+
+describe("a drain while PostgreSQL is frozen", () => {
+  it("the LinkService drains within its 15 s and exits 0: its loops' queries under way do not hold it", { timeout: 60_000 }, async () => {
+    const port = await freePort();
+    // With a broker, the relay's loop queries too.
+    const nats = await startNatsServer();
+    const links = spawnRole("links", { DATABASE_URL: pg.url, LINKS_PORT: String(port), NATS_URL: nats.url });
+    try {
+      await waitListening(links, port);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      // The loops ask every second or so: their queries are under way when PostgreSQL stops answering.
+      pg.freeze();
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      const started = performance.now();
+      links.signal("SIGTERM");
+      const code = await links.exited;
+      expect(code, links.output()).toBe(0);
+      expect(performance.now() - started).toBeLessThan(14_000);
+    } finally {
+      pg.thaw();
+      links.signal("SIGKILL");
+      await nats.close();
     }
   });
 });

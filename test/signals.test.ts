@@ -364,6 +364,56 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  it("the notifier drains within its 15 s while the LinkService is away, and the attempt it could not record is made again", { timeout: 150_000 }, async () => {
+    const requests: string[] = [];
+    const slow = http.createServer((req, res) => {
+      requests.push(String(req.headers["webhook-id"]));
+      req.resume();
+      // Answered once both services have been told to stop.
+      req.on("end", () => setTimeout(() => res.writeHead(200).end("ok"), 2_000));
+    });
+    await new Promise<void>((resolve) => slow.listen(0, "127.0.0.1", resolve));
+    const slowUrl = `http://127.0.0.1:${(slow.address() as { port: number }).port}/hook`;
+    const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
+    const notifierPort = await freePort();
+    const env = { ...services.env, NOTIFIER_PORT: String(notifierPort) };
+    let notifier = spawnRole("notifier", env);
+    try {
+      await waitReady(`http://127.0.0.1:${notifierPort}/readyz`);
+      const created = await fetch(`${services.gatewayUrl}/v1/links`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "client-id": "signals" },
+        body: JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "x" }, metadata: { webhook: slowUrl } }),
+      });
+      const id = ((await created.json()) as { id: string }).id;
+      const paid = await fetch(`${services.gatewayUrl}/link/${id}/pay`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ payment_method: "bank_transfer" }),
+      });
+      expect(paid.status).toBe(200);
+      await waitFor(() => requests.length >= 1, 10_000);
+      services.links.signal("SIGTERM");
+      expect(await services.links.exited).toBe(0);
+      const started = performance.now();
+      notifier.signal("SIGTERM");
+      // It had tried to record the attempt for 20 s, past the drain's 15 s cut: exit 1.
+      expect(await notifier.exited, notifier.output()).toBe(0);
+      expect(performance.now() - started).toBeLessThan(14_000);
+      await services.startLinks();
+      notifier = spawnRole("notifier", env);
+      // Once the unrecorded attempt's lease (60 s) has run out.
+      await waitFor(() => requests.length >= 2, 90_000, () => `${requests.length} requests`);
+      expect(new Set(requests).size).toBe(1); // the same event, made again
+    } finally {
+      notifier.signal("SIGKILL");
+      await notifier.exited;
+      await services.close();
+      slow.closeAllConnections();
+      await new Promise((resolve) => slow.close(resolve));
+    }
+  });
+
   /**
    * `npm start` (start.js) on free ports, with a database and NATS names of
    * its own: the tests above leave events (a delivery cut by their SIGKILL

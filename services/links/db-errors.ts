@@ -58,12 +58,20 @@ export function isUniqueViolation(err: unknown, constraint?: string): boolean {
 // fix: no such database (3D000), the role or password refused (class 28).
 const SETTING_SQLSTATE = /^(3D000|28...)$/;
 
+/** Start-up's first connection to PostgreSQL failed, whatever the reason: DATABASE_URL or its server must change. */
+export class FirstConnectionFailed extends Error {
+  constructor(cause: unknown) {
+    super((cause as Error)?.message ?? String(cause), { cause });
+  }
+}
+
 /** For start-up's catch: a database that cannot be reached or used becomes a StartupError naming DATABASE_URL. */
 export const nameDatabaseFailure =
   (url: string) =>
   (err: unknown): never => {
     const code = (err as { code?: unknown }).code;
-    if (!isDatabaseUnavailable(err) && !(typeof code === "string" && SETTING_SQLSTATE.test(code))) throw err;
+    const named = err instanceof FirstConnectionFailed || isDatabaseUnavailable(err) || (typeof code === "string" && SETTING_SQLSTATE.test(code));
+    if (!named) throw err;
     // Where, never who: the URL may hold a password.
     throw new StartupError(`the database DATABASE_URL names (${databaseWhere(url)}) cannot be used: ${(err as Error).message}`, { cause: err });
   };

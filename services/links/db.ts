@@ -3,6 +3,8 @@ import { drizzle } from "drizzle-orm/postgres-js";
 import { migrate } from "drizzle-orm/postgres-js/migrator";
 import postgres from "postgres";
 import { createDbProbe } from "./db-probe.js";
+import { FirstConnectionFailed } from "./db-errors.js";
+import { withTimeout } from "../shared/with-timeout.js";
 import * as schema from "./schema.js";
 
 export type Db = ReturnType<typeof drizzle<typeof schema>>;
@@ -10,6 +12,7 @@ export type Db = ReturnType<typeof drizzle<typeof schema>>;
 export type Executor = Db | Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 const STATEMENT_TIMEOUT_MS = 10_000;
+const FIRST_ANSWER_MS = 10_000;
 const MIGRATIONS = fileURLToPath(new URL("./migrations", import.meta.url));
 
 export function createDb(url: string, options: { max?: number } = {}) {
@@ -52,11 +55,30 @@ const MIGRATION_LOCK = 0x7061796c696e6bn;
  * it; closing it lets go) and finds the work done.
  */
 export async function migrateDb(url: string): Promise<void> {
-  const client = postgres(url, { max: 1, onnotice: () => {} });
+  const client = await firstConnection(url);
   try {
     await client`select pg_advisory_lock(${MIGRATION_LOCK.toString()}::bigint)`;
     await migrate(drizzle(client), { migrationsFolder: MIGRATIONS });
   } finally {
     await client.end({ timeout: 5 });
+  }
+}
+
+/**
+ * One connection, proven by a first answer within FIRST_ANSWER_MS. postgres.js
+ * connects again, without end or a word, to a server that closes before its
+ * start-up completes (a port that is not PostgreSQL), and start-up had hung
+ * there. Whatever fails here (the URL's options, the server it names) is
+ * DATABASE_URL's to fix.
+ */
+async function firstConnection(url: string) {
+  let client: ReturnType<typeof postgres> | undefined;
+  try {
+    client = postgres(url, { max: 1, onnotice: () => {} });
+    await withTimeout(client`select 1`.execute(), FIRST_ANSWER_MS, "PostgreSQL");
+    return client;
+  } catch (err) {
+    await client?.end({ timeout: 0 });
+    throw new FirstConnectionFailed(err);
   }
 }

@@ -1,4 +1,5 @@
 // The LinkService process: config, migrate, build, listen, drain on SIGTERM.
+import { setTimeout as sleep } from "node:timers/promises";
 import { systemClock } from "../shared/clock.js";
 import { ConfigError, requireInternalToken } from "../shared/config.js";
 import { topologyFor } from "../shared/jetstream.js";
@@ -14,6 +15,8 @@ import { createReconciler } from "./reconciler.js";
 import { createRelay } from "./relay.js";
 import { startLinksServer } from "./server.js";
 import { createSweeper } from "./sweeper.js";
+
+const LOOPS_GRACE_MS = 3_000;
 
 await runMain("links", async (config, logger) => {
   survivePostgresDriverBug(logger);
@@ -77,11 +80,18 @@ await runMain("links", async (config, logger) => {
   return {
     async close() {
       await server.close();
-      await sweeper.close();
-      await reconciler.close();
-      await captures?.close();
-      await relay.close();
+      const loops = (async () => {
+        await sweeper.close();
+        await reconciler.close();
+        await captures?.close();
+        await relay.close();
+      })();
+      // Each loop finishes its query under way, and a frozen PostgreSQL answers
+      // none: closing the pool (which cuts what is left after its own 5 s) is
+      // then what ends them, inside the drain's 15 s.
+      await Promise.race([loops, sleep(LOOPS_GRACE_MS)]);
       await closeDb();
+      await loops;
     },
   };
 });

@@ -43,6 +43,8 @@ export interface HandlerDeps {
   ensureDeadLetterStream?: () => Promise<void>;
   /** Attempts in flight per receiver; none: no limit. */
   hostSlots?: HostSlots;
+  /** True once the notifier drains: what cannot be recorded then is handed back at once, not tried for recordForMs. */
+  stopping?: () => boolean;
 }
 
 /**
@@ -89,7 +91,9 @@ export function createHandler(deps: HandlerDeps) {
       try {
         return await op();
       } catch (err) {
-        if (Date.now() + wait > deadline) throw err;
+        // Draining, the message goes back (its attempt is made again, as a
+        // retry) rather than holding the drain past its 15 s.
+        if (Date.now() + wait > deadline || deps.stopping?.()) throw err;
         await onError(err);
         msg.working();
         await new Promise((resolve) => setTimeout(resolve, wait));

@@ -130,6 +130,7 @@ export async function startNotifier(opts: NotifierOptions) {
       logger,
       ensureDeadLetterStream: async () => ensureDeadLetterStream(await conn.jetstreamManager(), topology),
       hostSlots,
+      stopping: () => stopping,
     });
     for (;;) {
       try {
@@ -189,7 +190,7 @@ export async function startNotifier(opts: NotifierOptions) {
     const beat = setInterval(() => msg.working(), WORKING_EVERY_MS);
     const task = handle(msg)
       .catch((err: unknown) => {
-        logger.error({ err, seq: msg.seq }, "event handling failed; retrying later");
+        logger[stopping ? "warn" : "error"]({ err, seq: msg.seq }, "event handling failed; retrying later");
         msg.nak(5000);
       })
       .finally(() => clearInterval(beat));
