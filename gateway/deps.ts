@@ -1,5 +1,7 @@
 // What the gateway's app and each of its plugins are built from, handed in
-// (the LinkService client first): nothing is imported as a singleton.
+// (the LinkService client first). The one thing imported instead is the
+// span tracer (services/shared/telemetry.ts), process-wide as OpenTelemetry's
+// own API is, and off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 import type { AuthMode, RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
 import type { Clients } from "./clients.js";

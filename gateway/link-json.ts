@@ -20,6 +20,7 @@ import { methodFromName, methodName, statusName } from "../services/shared/names
 import { type Place, pointerSegment, type Report, type RequestRules, SHAPE } from "./request-rules.js";
 import { headerCount } from "./routing.js";
 import type { CreateLink } from "./schemas.js";
+import { EXPIRES_IN_RANGE, ITEMS_COUNT } from "../services/shared/rpc-errors.js";
 
 type Json = Record<string, unknown>;
 type CreateLinkJson = Static<typeof CreateLink>;
@@ -69,11 +70,11 @@ export const CREATE_LINK: RequestRules = {
     { at: "", words: { type } },
     { at: IDEMPOTENCY_KEY, code: true },
     { at: "", words: { additionalProperties } },
-    { at: "/expires_in", words: { type: "expires_in must be an integer from 60 to 86400" } },
+    { at: "/expires_in", words: { type: EXPIRES_IN_RANGE } },
     { at: "/data", words: object },
     { at: "/data/amount", words: { required, ...object } },
     { at: "/data/amount/currency", ...text },
-    { at: "/data/items", words: { type, minItems: "data.items must contain 1 to 100 items" } },
+    { at: "/data/items", words: { type, minItems: ITEMS_COUNT } },
     { at: "/data/allowed_payment_methods", words: { type, minItems: "data.allowed_payment_methods must not be empty" } },
     { at: "/data/customer", words: object },
     { at: "/data/amount/value", words: { required, type }, code: true },

@@ -14,7 +14,7 @@ import { headerCount, route } from "./routing.js";
 import { ROUTE_SCHEMAS } from "./schemas.js";
 import { clientLimits, limitFor } from "./rate-limits.js";
 import { statusFromName, statusName } from "../services/shared/names.js";
-import { clientIdRequired, linkStateError } from "../services/shared/rpc-errors.js";
+import { clientIdRepeated, clientIdRequired, LIMIT_RANGE, linkStateError, STATUS_VALUES } from "../services/shared/rpc-errors.js";
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { linkEventToJson, paymentToJson } from "./event-json.js";
 import { CREATE_LINK, createLinkRequestFromJson, isObject, linkToJson } from "./link-json.js";
@@ -22,15 +22,15 @@ import { judge, type RequestRules, schemaDisagreement } from "./request-rules.js
 
 type ListQuery = Static<typeof ROUTE_SCHEMAS.links.GET.querystring>;
 
-/** GET /v1/links: the query's rules are all the gateway's. */
+/** GET /v1/links: the gateway words the query's schema failures; the range and the cursor are the LinkService's. */
 const LIST_LINKS: RequestRules = {
   part: "querystring",
   places: [
     { at: "", words: { additionalProperties: (_path, e) => `Unknown query parameter ${e.params.additionalProperty}` } },
     // A value given twice arrives as an array.
-    { at: "/limit", words: { type: "limit must be given once", pattern: "limit must be an integer from 1 to 100" } },
+    { at: "/limit", words: { type: "limit must be given once", pattern: LIMIT_RANGE } },
     { at: "/starting_after", words: { type: "starting_after must be given once" } },
-    { at: "/status", words: { type: "status must be given once", enum: "status must be one of created, used, expired" } },
+    { at: "/status", words: { type: "status must be given once", enum: STATUS_VALUES } },
   ],
 };
 
@@ -47,7 +47,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
     reply.header("cache-control", "no-store");
     if (!hasClientId(req)) throw clientIdRequired();
     // Node joins repeated headers with ", ", which would name a third client.
-    if (headerCount(req, "client-id") > 1) throw badRequest("Client ID header must be given once");
+    if (headerCount(req, "client-id") > 1) throw clientIdRepeated();
     markIdentified(req);
     // An empty body is no body, whatever its label: POST .../expire
     // needs none, and check 2 is for POSTs that carry one.

@@ -6,6 +6,7 @@ import net from "node:net";
 import path from "node:path";
 import { natsServers, redactNatsUrl } from "../shared/config.js";
 
+/** Whether something accepts connections at host:port within the time. */
 export function reachable(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect({ host, port });

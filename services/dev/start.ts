@@ -9,7 +9,7 @@ import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs"
 import net from "node:net";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig, port } from "../shared/config.js";
-import { ensureNats } from "./nats-server.js";
+import { ensureNats, reachable } from "./nats-server.js";
 import { NODE_FLAGS } from "./node-flags.js";
 import { createSupervisor } from "./supervisor.js";
 
@@ -114,7 +114,8 @@ try {
     }
   };
   startLayer(LINKS);
-  await waitUntil(() => listens(config.linksPort), `the LinkService did not listen on port ${config.linksPort}`);
+  // Only whether it accepts connections: the LinkService speaks only HTTP/2.
+  await waitUntil(() => reachable("127.0.0.1", config.linksPort), `the LinkService did not listen on port ${config.linksPort}`);
   startLayer(ITS_CALLERS);
   await waitUntil(() => answers(`http://127.0.0.1:${config.gatewayPort}/readyz`), "the gateway did not become ready");
   // "ready" means all three: a Ctrl-C after it finds each service running
@@ -190,13 +191,4 @@ async function portsFree(ports: [name: string, port: number][]) {
 
 function answers(url: string): Promise<boolean> {
   return fetch(url).then((r) => r.ok, () => false);
-}
-
-/** Whether something accepts connections on the port (the LinkService speaks only HTTP/2). */
-function listens(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, "127.0.0.1");
-    socket.once("connect", () => (socket.destroy(), resolve(true)));
-    socket.once("error", () => resolve(false));
-  });
 }

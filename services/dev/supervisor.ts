@@ -2,8 +2,9 @@
 // the services drain first, then NATS, then PostgreSQL, so nothing loses its
 // database mid-request. Each child gets a process group of its own, so a
 // Ctrl-C in the terminal reaches only `npm start`, which then stops them in
-// order; and none is left behind when `npm start` exits, or is killed:
-// the services and PostgreSQL drain when their channel to it closes.
+// order. When `npm start` exits, or is killed, the services and PostgreSQL
+// drain as their channel to it closes; a nats-server it started has no such
+// channel and stays (its store keeps the streams for the next start).
 import { type ChildProcess, fork, spawn } from "node:child_process";
 
 const STOP_TIMEOUT_MS = 20_000;

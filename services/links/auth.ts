@@ -9,7 +9,7 @@ import { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { bearerSecret } from "../shared/bearer.js";
 import type { Clock } from "../shared/clock.js";
 import type { AuthMode, PaylinkEnv } from "../shared/config.js";
-import { invalid, unauthorized } from "../shared/rpc-errors.js";
+import { clientIdRepeated, unauthorized } from "../shared/rpc-errors.js";
 import type { Executor } from "./db.js";
 import type { DbGate } from "./db-gate.js";
 import * as keys from "./key-store.js";
@@ -161,7 +161,7 @@ export async function authenticateCall(
   signal: AbortSignal,
 ): Promise<void> {
   if (service.typeName !== LinkService.typeName || PUBLIC_METHODS.has(method.name)) return;
-  if (values.get(repeatedClientIdKey)) throw invalid("Client ID header must be given once");
+  if (values.get(repeatedClientIdKey)) throw clientIdRepeated();
   // Two keys are no key, as over REST (where they travel joined): Invalid API key in api-key mode.
   const authorization = values.get(repeatedAuthorizationKey) ? "" : header.get("authorization");
   values.set(callerKey, await auth.authenticate(header.get("client-id"), authorization, signal));

@@ -312,7 +312,6 @@ class HoldReleased extends Error {
   }
 }
 
-/** Postgres unique_violation, directly or wrapped by Drizzle. */
 /**
  * committed or aborted once Postgres knows; a transaction still finishing its
  * COMMIT is waited for a little. Undefined when it cannot be told.

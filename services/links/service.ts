@@ -1,5 +1,5 @@
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   type CreateLinkRequest,
   type CreateLinkResponse,
@@ -141,9 +141,9 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
   }
 
   return {
-    createLink: (req, ctx) => createOne(requireClientId(ctx), req, ctx.signal),
+    createLink: (req, ctx) => createOne(callerOf(ctx), req, ctx.signal),
 
-    getLink: (req, ctx) => getOne(requireClientId(ctx), req.id),
+    getLink: (req, ctx) => getOne(callerOf(ctx), req.id),
 
     async batchGetLinks(req) {
       const budget = answerBudget(req.items.length);
@@ -166,7 +166,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     },
 
     async listLinks(req, ctx) {
-      const clientId = requireClientId(ctx);
+      const clientId = callerOf(ctx);
       const q = validateListLinks(req);
       // A cursor is a position among the caller's links: an id that names
       // none (mistyped, or another client's) would silently give a wrong page.
@@ -188,7 +188,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     },
 
     async expireLink(req, ctx) {
-      const clientId = requireClientId(ctx);
+      const clientId = callerOf(ctx);
       const row = await ownLink(req.id, clientId);
       const now = clock.now();
       const expired = await db.transaction(async (tx) => {
@@ -213,12 +213,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
 
     completePayment: (req, ctx) => deps.payments.complete(req, ctx.signal),
 
-    ...createLinkEvents({ ...deps, callersLink: (id, ctx) => ownLink(id, requireClientId(ctx)) }),
-    getCaller: (_req, ctx) => ({ clientId: requireClientId(ctx) }),
+    ...createLinkEvents({ ...deps, callersLink: (id, ctx) => ownLink(id, callerOf(ctx)) }),
+    getCaller: (_req, ctx) => ({ clientId: callerOf(ctx) }),
   };
-}
-
-/** The authenticated caller (see auth.ts): the one place handlers learn who called. */
-export function requireClientId(ctx: HandlerContext): string {
-  return callerOf(ctx);
 }

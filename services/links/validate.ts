@@ -12,7 +12,7 @@ import {
 import { currencyDigits, isKnownCurrency } from "../shared/money.js";
 import { isLinkId } from "../shared/ids.js";
 import { methodName, type StatusName, statusName } from "../shared/names.js";
-import { clientIdRequired, invalid } from "../shared/rpc-errors.js";
+import { clientIdRequired, EXPIRES_IN_RANGE, invalid, ITEMS_COUNT, LIMIT_RANGE, STATUS_VALUES } from "../shared/rpc-errors.js";
 
 /**
  * C0 control characters and DEL. Not C1 (U+0080 to U+009F): a header is read
@@ -40,7 +40,7 @@ export function validateCreateLink(req: CreateLinkRequest): NewLink {
   if (req.type !== LinkType.PAYMENT) throw invalid("type must be payment");
   const expiresIn = req.expiresIn ?? DEFAULT_EXPIRES_IN;
   if (!Number.isInteger(expiresIn) || expiresIn < 60 || expiresIn > 86_400) {
-    throw invalid("expires_in must be an integer from 60 to 86400");
+    throw invalid(EXPIRES_IN_RANGE);
   }
   if (!req.data) throw invalid("data is required");
   const link = { expiresIn, data: validateData(req.data), metadata: validateMetadata(req.metadata) };
@@ -76,7 +76,7 @@ function validateData(data: LinkData): LinkData {
   if (data.amount.value > maxMinor) throw invalid("data.amount.value must be at most 1000000000");
 
   if (data.description !== undefined) text("data.description", data.description, 1, 1000, true);
-  if (data.items.length > MAX_ITEMS) throw invalid("data.items must contain 1 to 100 items");
+  if (data.items.length > MAX_ITEMS) throw invalid(ITEMS_COUNT);
   data.items.forEach((item, i) => {
     const at = `data.items[${i}]`;
     text(`${at}.name`, item.name, 1, 200, true);
@@ -172,12 +172,12 @@ export interface ListQuery {
 
 export function validateListLinks(req: ListLinksRequest): ListQuery {
   const limit = req.limit ?? 20;
-  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalid("limit must be an integer from 1 to 100");
+  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalid(LIMIT_RANGE);
   if (req.startingAfter !== undefined && !isLinkId(req.startingAfter)) {
     throw invalid("starting_after must be a link id");
   }
   const status = statusName(req.status);
-  if (req.status !== LinkStatus.UNSPECIFIED && !status) throw invalid("status must be one of created, used, expired");
+  if (req.status !== LinkStatus.UNSPECIFIED && !status) throw invalid(STATUS_VALUES);
   return { limit, startingAfter: req.startingAfter, status };
 }
 

@@ -28,6 +28,14 @@ function withReason(message: string, code: Code, reason: Reason, metadata: Recor
 
 export const invalid = (message: string) => new ConnectError(message, Code.InvalidArgument);
 export const clientIdRequired = () => invalid("Client ID header is required");
+export const clientIdRepeated = () => invalid("Client ID header must be given once");
+
+// Rules both sides word alike: the LinkService for every caller, and the
+// gateway where a REST body or query fails its schema on the same rule.
+export const EXPIRES_IN_RANGE = "expires_in must be an integer from 60 to 86400";
+export const ITEMS_COUNT = "data.items must contain 1 to 100 items";
+export const LIMIT_RANGE = "limit must be an integer from 1 to 100";
+export const STATUS_VALUES = "status must be one of created, used, expired";
 export const linkNotFound = () => new ConnectError("Link not found", Code.NotFound);
 export const unauthorized = () => new ConnectError("Unauthorized access", Code.PermissionDenied);
 export const paymentNotFound = () => new ConnectError("Payment not found", Code.NotFound);
