@@ -266,6 +266,29 @@ describe("Idempotency-Key", () => {
     expect(other.body).toEqual({ error: "Idempotency-Key was already used with a different request" });
   });
 
+  /** The keys' advisory locks, held by a transaction of another connection as a first request's work holds them. */
+  async function holdKeyLocks(me: string, keys: string[]) {
+    const holder = postgres(stack.databaseUrl, { max: 1, onnotice: () => {} });
+    let letGo!: () => void;
+    const released = new Promise<void>((resolve) => (letGo = resolve));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => (locked = resolve));
+    const holding = holder.begin(async (tx) => {
+      for (const key of keys) await tx`SELECT pg_advisory_xact_lock(hashtextextended(${me} || chr(31) || ${key}, 0))`;
+      locked();
+      await released;
+    });
+    await isLocked;
+    let ended: Promise<void> | undefined;
+    return {
+      release: () => (ended ??= (async () => {
+        letGo();
+        await holding;
+        await holder.end();
+      })()),
+    };
+  }
+
   /** A claim of `key` as a first request makes it, copied from an answered one of `me`'s. */
   const claim = (me: string, key: string) =>
     stack.db.execute(sql`
@@ -278,25 +301,13 @@ describe("Idempotency-Key", () => {
     await post(me, "warm-up", validLink());
     // A first request that has claimed its key and holds its lock in its work transaction.
     await claim(me, "in-flight");
-    const holder = postgres(stack.databaseUrl, { max: 1, onnotice: () => {} });
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((resolve) => (locked = resolve));
-    const holding = holder.begin(async (tx) => {
-      await tx`SELECT pg_advisory_xact_lock(hashtextextended(${me} || chr(31) || 'in-flight', 0))`;
-      locked();
-      await released;
-    });
+    const locks = await holdKeyLocks(me, ["in-flight"]);
     try {
-      await isLocked;
       const res = await post(me, "in-flight", validLink());
       expect(res.status).toBe(409);
       expect(res.body).toEqual({ error: "A request with this Idempotency-Key is in progress" });
     } finally {
-      release();
-      await holding;
-      await holder.end();
+      await locks.release();
     }
   });
 
@@ -327,18 +338,8 @@ describe("Idempotency-Key", () => {
   it("never holds up anyone else's create while a create with a key waits on its key", async () => {
     const [me, other] = [uniqueClient(), uniqueClient()];
     // Another transaction holds the keys' locks, as a slow first request with each key would.
-    const holder = postgres(stack.databaseUrl, { max: 1, onnotice: () => {} });
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((resolve) => (locked = resolve));
-    const holding = holder.begin(async (tx) => {
-      for (const key of ["slow-a", "slow-b"]) await tx`SELECT pg_advisory_xact_lock(hashtextextended(${me} || chr(31) || ${key}, 0))`;
-      locked();
-      await released;
-    });
+    const locks = await holdKeyLocks(me, ["slow-a", "slow-b"]);
     try {
-      await isLocked;
       const slowA = post(me, "slow-a", validLink());
       await new Promise((resolve) => setTimeout(resolve, 100));
       const slowB = post(me, "slow-b", validLink());
@@ -348,13 +349,11 @@ describe("Idempotency-Key", () => {
       // Batched behind the waiting creates, it had answered 503 after 1.8 s, its link committed.
       expect(plain.status, plain.text).toBe(201);
       expect(ms, `answered after ${Math.round(ms)} ms`).toBeLessThan(1_000);
-      release();
+      void locks.release();
       expect((await slowA).status).toBe(201);
       expect((await slowB).status).toBe(201);
     } finally {
-      release();
-      await holding;
-      await holder.end();
+      await locks.release();
     }
   });
 

@@ -302,24 +302,53 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  /** A link with `webhook`, paid by bank transfer through the gateway. */
+  async function paidLink(gatewayUrl: string, webhook: string): Promise<string> {
+    const created = await fetch(`${gatewayUrl}/v1/links`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "client-id": "signals" },
+      body: JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "x" }, metadata: { webhook } }),
+    });
+    const id = ((await created.json()) as { id: string }).id;
+    const paid = await fetch(`${gatewayUrl}/link/${id}/pay`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ payment_method: "bank_transfer" }),
+    });
+    expect(paid.status).toBe(200);
+    return id;
+  }
+
+  /** A webhook receiver that answers 200 `delayMs` after each request's body. */
+  async function slowReceiver(delayMs: number) {
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => setTimeout(() => res.writeHead(200).end("ok"), delayMs));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return {
+      server,
+      url: `http://127.0.0.1:${(server.address() as { port: number }).port}/hook`,
+      async close() {
+        server.closeAllConnections();
+        await new Promise((resolve) => server.close(resolve));
+      },
+    };
+  }
+
   // 90 s: an event the server sent as the draining copy let go of its pull
   // reaches the new copy only after ack_wait (30 s), as designed; the wait
   // below allows for that, and the test's time must too.
   it("the notifier lets deliveries under way finish, exits 0 and frees its port; a new one delivers the rest", { timeout: 90_000 }, async () => {
-    const slow = http.createServer((req, res) => {
-      // Slow enough that deliveries are under way when the signal comes.
-      req.resume();
-      req.on("end", () => setTimeout(() => res.writeHead(200).end("ok"), 400));
-    });
-    await new Promise<void>((resolve) => slow.listen(0, "127.0.0.1", resolve));
-    const slowUrl = `http://127.0.0.1:${(slow.address() as { port: number }).port}/hook`;
+    // Slow enough that deliveries are under way when the signal comes.
+    const slow = await slowReceiver(400);
     const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
     const notifierPort = await freePort();
     const env = { ...services.env, NOTIFIER_PORT: String(notifierPort) };
     let notifier = spawnRole("notifier", env);
     const delivered = new Set<string>();
     const seen: string[] = [];
-    slow.on("request", (req) => {
+    slow.server.on("request", (req) => {
       let text = "";
       req.on("data", (c: Buffer) => (text += c));
       req.on("end", () => {
@@ -334,21 +363,7 @@ describe("SIGTERM under load", () => {
       const ready = await fetch(`http://127.0.0.1:${notifierPort}/readyz`).then((r) => r.json());
       expect(ready).toEqual({ status: "ready", nats: "connected", consumer: "consuming" });
       const links: string[] = [];
-      for (let i = 0; i < 20; i++) {
-        const res = await fetch(`${services.gatewayUrl}/v1/links`, {
-          method: "POST",
-          headers: { "content-type": "application/json", "client-id": "signals" },
-          body: JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "x" }, metadata: { webhook: slowUrl } }),
-        });
-        const id = ((await res.json()) as { id: string }).id;
-        links.push(id);
-        const paid = await fetch(`${services.gatewayUrl}/link/${id}/pay`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ payment_method: "bank_transfer" }),
-        });
-        expect(paid.status).toBe(200);
-      }
+      for (let i = 0; i < 20; i++) links.push(await paidLink(services.gatewayUrl, slow.url));
       await waitFor(() => seen.length >= 1, 10_000);
       notifier.signal("SIGTERM");
       expect(await notifier.exited).toBe(0);
@@ -359,39 +374,22 @@ describe("SIGTERM under load", () => {
       notifier.signal("SIGKILL");
       await notifier.exited;
       await services.close();
-      slow.closeAllConnections();
-      await new Promise((resolve) => slow.close(resolve));
+      await slow.close();
     }
   });
 
   it("the notifier drains within its 15 s while the LinkService is away, and the attempt it could not record is made again", { timeout: 150_000 }, async () => {
+    // Answered once both services have been told to stop.
+    const slow = await slowReceiver(2_000);
     const requests: string[] = [];
-    const slow = http.createServer((req, res) => {
-      requests.push(String(req.headers["webhook-id"]));
-      req.resume();
-      // Answered once both services have been told to stop.
-      req.on("end", () => setTimeout(() => res.writeHead(200).end("ok"), 2_000));
-    });
-    await new Promise<void>((resolve) => slow.listen(0, "127.0.0.1", resolve));
-    const slowUrl = `http://127.0.0.1:${(slow.address() as { port: number }).port}/hook`;
+    slow.server.on("request", (req) => requests.push(String(req.headers["webhook-id"])));
     const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
     const notifierPort = await freePort();
     const env = { ...services.env, NOTIFIER_PORT: String(notifierPort) };
     let notifier = spawnRole("notifier", env);
     try {
       await waitReady(`http://127.0.0.1:${notifierPort}/readyz`);
-      const created = await fetch(`${services.gatewayUrl}/v1/links`, {
-        method: "POST",
-        headers: { "content-type": "application/json", "client-id": "signals" },
-        body: JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "x" }, metadata: { webhook: slowUrl } }),
-      });
-      const id = ((await created.json()) as { id: string }).id;
-      const paid = await fetch(`${services.gatewayUrl}/link/${id}/pay`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ payment_method: "bank_transfer" }),
-      });
-      expect(paid.status).toBe(200);
+      await paidLink(services.gatewayUrl, slow.url);
       await waitFor(() => requests.length >= 1, 10_000);
       services.links.signal("SIGTERM");
       expect(await services.links.exited).toBe(0);
@@ -409,8 +407,7 @@ describe("SIGTERM under load", () => {
       notifier.signal("SIGKILL");
       await notifier.exited;
       await services.close();
-      slow.closeAllConnections();
-      await new Promise((resolve) => slow.close(resolve));
+      await slow.close();
     }
   });
 
