@@ -124,7 +124,8 @@ it("refuses calls at once, rather than holding them, while a LinkService reads n
     expect(settled.slice(0, 4).map((o) => o.code)).toEqual(Array(4).fill(Code.DeadlineExceeded));
     const refused = settled.filter((o) => o.code === Code.Unavailable);
     expect(refused.length).toBeGreaterThan(0);
-    for (const o of refused) expect(o.ms).toBeLessThan(100);
+    // At once: well inside the 1 s deadline the others waited out (a loaded machine took 102 ms against a bound of 100).
+    for (const o of refused) expect(o.ms).toBeLessThan(500);
   } finally {
     session.destroy();
     await new Promise((resolve) => frozen.close(resolve));
