@@ -1,6 +1,8 @@
 // The queries on links, payments, idempotency keys and webhook deliveries (the
 // outbox keeps its own, beside its events). Each takes the database or a transaction, so callers
-// decide what runs atomically.
+// decide what runs atomically; the two hot queries alone are bound to the
+// database once (prepareHotQueries), as drizzle prepares a statement on one
+// executor, and each runs as a transaction of its own.
 import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import { isoFromMs } from "../shared/iso-time.js";
