@@ -322,6 +322,24 @@ describe("Idempotency-Key", () => {
     expect((await post(me, "orphan", validLink())).headers.get("idempotent-replayed")).toBe("true");
   });
 
+  it("waits out a dead first request's second once: a claim made meanwhile is another request's, in progress", async () => {
+    const me = uniqueClient();
+    await post(me, "warm-up", validLink());
+    await claim(me, "retaken");
+    const retry = post(me, "retaken", validLink());
+    // While the retry waits, another retry takes the key over and is between its claim and its lock.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    stack.clock.advance(1);
+    await stack.db.execute(sql`DELETE FROM idempotency_keys WHERE client_id = ${me} AND key = 'retaken'`);
+    await claim(me, "retaken");
+    const res = await retry;
+    // Not a second wait, which had run past the gateway's deadline: a 503 for a create that never ran.
+    expect({ status: res.status, body: res.body }).toEqual({
+      status: 409,
+      body: { error: "A request with this Idempotency-Key is in progress" },
+    });
+  });
+
   it("never drops an answered key as abandoned: its answer must stand", async () => {
     const me = uniqueClient();
     const first = await post(me, "answered", validLink());

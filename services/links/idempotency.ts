@@ -43,9 +43,12 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
       const requestHash = hashRequest(req);
       const ref = { clientId, key };
 
-      // The claim this request has waited on to come of age (ORPHANED_MS).
+      // The claim this request waited on to come of age (ORPHANED_MS). It waits
+      // once at most: a second young claim is another request's, just made,
+      // and two waits would pass the gateway's deadline.
       let waitedOn: number | undefined;
-      for (let attempt = 0; attempt < 3; attempt++) {
+      // Turns for a claim, a wait, a dead claim's drop, and a race lost to another retry.
+      for (let turn = 0; turn < 5; turn++) {
         const now = clock.now();
         if (await store.claimKey(db, ref, requestHash, now)) {
           try {
@@ -74,7 +77,7 @@ export function createIdempotency({ db, clock }: { db: Db; clock: Clock }): Idem
           continue;
         }
         if (held.requestHash !== requestHash) throw idempotencyKeyReused();
-        if (held.response === null && !comeOfAge && (await store.keyLockIsFree(db, ref))) {
+        if (held.response === null && !comeOfAge && waitedOn === undefined && (await store.keyLockIsFree(db, ref))) {
           waitedOn = held.createdAt.getTime();
           // Capped: a claim from a copy whose clock runs ahead looks younger than it is.
           await new Promise((resolve) => setTimeout(resolve, Math.min(ORPHANED_MS, ORPHANED_MS - age)));
