@@ -5,7 +5,10 @@ import net from "node:net";
 import Fastify from "fastify";
 import { describe, expect, inject, it } from "vitest";
 import { natsHostPort } from "../services/dev/nats-server.js";
-import { ConfigError, loadConfig, natsConnection } from "../services/shared/config.js";
+import { createDb, migrateDb } from "../services/links/db.js";
+import { links } from "../services/links/schema.js";
+import { bracketedHosts, ConfigError, loadConfig, natsConnection } from "../services/shared/config.js";
+import { createDatabase } from "./support/database.js";
 
 describe("loadConfig", () => {
   it("has the contract's defaults", () => {
@@ -286,6 +289,43 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
     const run = runEntry("services/links/main.ts", { DATABASE_URL: `postgres://postgres:hunter2-secret@${hosts}/no_such_paylink_db?sslmode=disable` });
     expectOneLine(run, `links: start-up failed: the database DATABASE_URL names (${hosts}/no_such_paylink_db) cannot be used: database "no_such_paylink_db" does not exist`);
     expect(run.stderr + run.stdout).not.toContain("hunter2-secret");
+  });
+});
+
+describe("a DATABASE_URL naming an IPv6 address in brackets", () => {
+  it("is read as hosts and ports postgres.js can use (it would look up the host \"[\")", () => {
+    expect(bracketedHosts("postgres://svc:pa%40ss@[fd00::5]:6543,[::1]/paylink", { PGPORT: "5433" })).toEqual({
+      host: ["fd00::5", "::1"],
+      port: [6543, 5433],
+    });
+    expect(bracketedHosts("postgres://svc@db1:5432,db2/paylink")).toBeUndefined();
+  });
+
+  it("migrates, serves queries and answers the probe, through a proxy listening on ::1 only", async () => {
+    const target = new URL(inject("databaseUrl"));
+    let connections = 0;
+    const proxy = net.createServer((client) => {
+      connections++;
+      const server = net.connect(Number(target.port || 5432), target.hostname);
+      client.pipe(server).pipe(client);
+      for (const socket of [client, server]) socket.on("error", () => (client.destroy(), server.destroy()));
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "::1", resolve));
+    const database = await createDatabase("paylink_ipv6", { migrated: false });
+    const url = new URL(database.url);
+    url.host = `[::1]:${(proxy.address() as net.AddressInfo).port}`;
+    const { db, probe, close } = createDb(url.toString(), { max: 1 });
+    try {
+      await migrateDb(url.toString());
+      expect(await db.$count(links)).toBe(0);
+      await probe();
+      // The migration's, the pool's and the probe's connections all came through ::1.
+      expect(connections).toBeGreaterThanOrEqual(3);
+    } finally {
+      await close();
+      proxy.close();
+      await database.drop();
+    }
   });
 });
 

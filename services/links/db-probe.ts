@@ -1,7 +1,7 @@
 // PostgreSQL's reachability, asked on a connection of its own: a pool busy
 // with real work must never look like a dead server, and a probe stuck on a
 // half-dead connection is dropped with its connection, not queued behind.
-import postgres from "postgres";
+import { connectPostgres } from "./postgres-client.js";
 import { DatabaseTimeout } from "./db-errors.js";
 
 export function createDbProbe(url: string, timeoutMs = 1_000) {
@@ -9,7 +9,7 @@ export function createDbProbe(url: string, timeoutMs = 1_000) {
   // driver's default (growing to 20 s) made a probe during an outage wait out
   // its own timeout, so the gate opened up to a second after the server was back.
   const open = () =>
-    postgres(url, { max: 1, connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)), backoff: () => 0, onnotice: () => {} });
+    connectPostgres(url, { max: 1, connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)), backoff: () => 0, onnotice: () => {} });
   let sql = open();
   return {
     async probe(): Promise<void> {

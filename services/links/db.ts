@@ -1,8 +1,9 @@
 import { fileURLToPath } from "node:url";
 import { drizzle } from "drizzle-orm/postgres-js";
 import { migrate } from "drizzle-orm/postgres-js/migrator";
-import postgres from "postgres";
+import type postgres from "postgres";
 import { createDbProbe } from "./db-probe.js";
+import { connectPostgres } from "./postgres-client.js";
 import { FirstConnectionFailed } from "./db-errors.js";
 import { withTimeout } from "../shared/with-timeout.js";
 import * as schema from "./schema.js";
@@ -18,7 +19,7 @@ const MIGRATIONS = fileURLToPath(new URL("./migrations", import.meta.url));
 export function createDb(url: string, options: { max?: number } = {}) {
   // postgres.js prepares every statement by name on first use and reuses it
   // on that connection; the pool is created once per process.
-  const client = postgres(url, {
+  const client = connectPostgres(url, {
     max: options.max ?? 10,
     onnotice: () => {},
     // Fail fast while PostgreSQL is down or restarting (CONTRACT "Timeouts and
@@ -74,7 +75,7 @@ export async function migrateDb(url: string): Promise<void> {
 async function firstConnection(url: string) {
   let client: ReturnType<typeof postgres> | undefined;
   try {
-    client = postgres(url, { max: 1, onnotice: () => {} });
+    client = connectPostgres(url, { max: 1, onnotice: () => {} });
     await withTimeout(client`select 1`.execute(), FIRST_ANSWER_MS, "PostgreSQL");
     return client;
   } catch (err) {

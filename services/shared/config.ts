@@ -212,6 +212,23 @@ function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
 const authorityOf = (databaseUrl: string) => databaseUrl.slice(databaseUrl.indexOf("://") + 3).split(/[?/]/)[0]!;
 
 /**
+ * DATABASE_URL's hosts and ports as postgres.js options, for a URL that names
+ * an IPv6 address in brackets: postgres.js splits each host at its first
+ * colon, and looked "[::1]:5432" up as the host "[". Undefined for any other
+ * URL, which postgres.js reads right by itself.
+ */
+export function bracketedHosts(databaseUrl: string, env: NodeJS.ProcessEnv = process.env) {
+  const authority = authorityOf(databaseUrl);
+  const hosts = decodeURIComponent(authority.slice(authority.indexOf("@") + 1));
+  if (!hosts.includes("[")) return undefined;
+  const each = hosts.split(",").map((host) => new URL(`postgres://${host}`));
+  return {
+    host: each.map((url) => url.hostname.replace(/^\[(.*)\]$/, "$1")),
+    port: each.map((url) => Number(url.port || env.PGPORT || 5432)),
+  };
+}
+
+/**
  * Where a DATABASE_URL points, for a message: its hosts (one or several, as
  * postgres.js reads them) and database, never its user or password. WHATWG's
  * URL refuses several hosts, so it is read as databaseUrl() reads it.
