@@ -422,6 +422,17 @@ describe("Idempotency-Key", () => {
     expect(res.body).toEqual({ error: message });
   });
 
+  it("counts a key sent over gRPC in characters, as every other length: 255 emoji are a key, 256 are not", async () => {
+    const me = uniqueClient();
+    const headers = await stack.merchantHeaders(me);
+    const req = (idempotencyKey: string) =>
+      create(CreateLinkRequestSchema, { type: LinkType.PAYMENT, data: { amount: { value: 100n, currency: "USD" }, description: "x" }, idempotencyKey });
+    const first = await grpc().createLink(req("😀".repeat(255)), { headers });
+    expect((await grpc().createLink(req("😀".repeat(255)), { headers })).link?.id).toBe(first.link?.id);
+    const err = await grpc().createLink(req("😀".repeat(256)), { headers }).catch((e: unknown) => e);
+    expect(ConnectError.from(err).rawMessage).toBe("Idempotency-Key must be 1 to 255 characters");
+  });
+
   it("refuses control characters in a key sent over gRPC", async () => {
     const req = create(CreateLinkRequestSchema, {
       type: LinkType.PAYMENT,

@@ -159,7 +159,7 @@ export function validateClientId(header: string | null): string {
 }
 
 export function validateIdempotencyKey(key: string): void {
-  if (key.length < 1 || key.length > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
+  if (key === "" || length(key) > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
   if (CONTROL.test(key)) throw invalid("Idempotency-Key must not contain control characters");
   noNul("Idempotency-Key", key);
 }
