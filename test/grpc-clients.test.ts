@@ -40,7 +40,7 @@ describe("JSON over the Connect protocol, gRPC and gRPC-Web", () => {
   const jsonTypes = ["application/json", "application/grpc+json", "application/grpc-web+json"] as const;
 
   /** The refusal as `code message`: the Connect protocol's HTTP status and body, gRPC's trailers, gRPC-Web's trailer frame. */
-  async function refusalOf(contentType: (typeof jsonTypes)[number], path: string, body: string, headers: Record<string, string>) {
+  async function refusalOf(contentType: (typeof jsonTypes)[number], path: string, body: string | Buffer, headers: Record<string, string>) {
     // h2c, as the LinkService speaks it (fetch would speak HTTP/1.1).
     const session = http2.connect(stack.linksUrl);
     const { head, text } = await new Promise<{ head: Record<string, unknown>; text: string }>((resolve, reject) => {
@@ -70,6 +70,18 @@ describe("JSON over the Connect protocol, gRPC and gRPC-Web", () => {
     const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CreateLink", body, await stack.merchantHeaders("client-json"));
     expect(refusal).toMatch(contentType === "application/json" ? /^400 .*invalid_argument.*key \\"expire_in\\" is unknown/ : /^3 .*key "expire_in" is unknown/);
     expect((await api(stack, "GET", "/v1/links", { clientId: "client-json" })).body.data).toEqual([]);
+  });
+
+  it.each(jsonTypes)("refuses invalid UTF-8 (%s), as REST does, instead of repairing it into the link", async (contentType) => {
+    const body = Buffer.concat([
+      Buffer.from('{"type":"LINK_TYPE_PAYMENT","data":{"amount":{"value":"100","currency":"USD"},"description":"X'),
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from('Y"}}'),
+    ]);
+    const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CreateLink", body, await stack.merchantHeaders("client-json-utf8"));
+    const message = "cannot decode message paylink.v1.CreateLinkRequest from JSON: not valid UTF-8";
+    expect(refusal).toBe(contentType === "application/json" ? `400 {"code":"invalid_argument","message":"${message}"}` : `3 ${message}`);
+    expect((await api(stack, "GET", "/v1/links", { clientId: "client-json-utf8" })).body.data).toEqual([]);
   });
 
   // A card number or CVC sent with the wrong type must not come back in the

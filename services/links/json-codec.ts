@@ -30,10 +30,17 @@ export function serviceRegistrar(router: ConnectRouter, readOptions: Partial<Jso
 }
 
 function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>) {
-  const utf8 = new TextDecoder();
+  // Fatal: JSON is UTF-8 (RFC 8259), and a decoder that repaired bad bytes
+  // into U+FFFD created a link whose text the caller never sent.
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
   return {
     decode(input?: Uint8Array) {
-      const json = utf8.decode(input);
+      let json: string;
+      try {
+        json = utf8.decode(input);
+      } catch {
+        throw invalid(`cannot decode message ${desc.typeName} from JSON: not valid UTF-8`);
+      }
       try {
         fromJsonString(desc, json, readOptions);
       } catch (err) {
