@@ -203,10 +203,11 @@ it("works on a phone-sized screen and by keyboard alone", async () => {
   await close();
 });
 
-it("keeps a large amount and a long unbroken merchant name within a phone's screen", async () => {
+it("keeps a large amount and a long unbroken merchant name within a phone's screen, paid too", async () => {
   const link = await createLink({
     amount: { value: 999999999.999, currency: "BHD" },
-    merchant_name: "www.theveryfinestcoffeeroasters.co.uk",
+    // As long as a name may be: the success panel names the merchant too.
+    merchant_name: `www.theveryfinestcoffeeroasters.co.uk${"x".repeat(163)}`,
     description: "Beans",
     cancel_url: "https://shop.example/cancel",
   });
@@ -222,6 +223,10 @@ it("keeps a large amount and a long unbroken merchant name within a phone's scre
     expect(scroll, selector).toBeLessThanOrEqual(client!);
   }
   await shot(page, "phone-long");
+  await page.getByLabel("Bank transfer").check();
+  await page.locator("button.pay").click();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
   expect(problems).toEqual([]);
   await close();
 });
@@ -318,6 +323,24 @@ it("asks again with the same Idempotency-Key after its retries ran out, so a pay
   const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
   expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
   expect(problems).toEqual([]);
+  await close();
+}, 40_000);
+
+it("words a proxy's own error page (HTML, no JSON) once: a 502 is asked again, then \"Please try again.\" once", async () => {
+  const link = await createLink({ description: "Order #2004" });
+  const { page, close } = await newPage();
+  let status = 502;
+  await page.route("**/pay", (route) =>
+    route.fulfill({ status, contentType: "text/html", body: "<html><body><h1>502 Bad Gateway</h1></body></html>" }),
+  );
+  await page.goto(link.url);
+  await page.getByLabel("Bank transfer").check();
+  const pay = page.getByRole("button", { name: "Pay $42.50" });
+  await pay.click();
+  await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toBe("Something went wrong. Please try again.");
+  status = 404;
+  await pay.click();
+  await expect.poll(() => page.locator("#status").innerText()).toBe("Something went wrong.");
   await close();
 }, 40_000);
 

@@ -241,7 +241,7 @@
       cache: "no-store",
     }).then(function (res) {
       return res.json().catch(function () { return {}; }).then(function (data) {
-        var message = data && typeof data.error === "string" ? data.error : "Something went wrong. Please try again.";
+        var message = data && typeof data.error === "string" ? data.error : "Something went wrong";
         if (res.status === 503 || res.status === 502 || res.status === 504) {
           // The outcome may be unknown: ask again with the same key.
           return retryOrFail(json, key, tries, message.replace(/\.?$/, ". Please try again."));
