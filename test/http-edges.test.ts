@@ -7,6 +7,7 @@ import { startGateway } from "../gateway/server.js";
 import { createDb } from "../services/links/db.js";
 import { startLinksServer } from "../services/links/server.js";
 import { testClock } from "./support/clock.js";
+import { freePort } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 const silent = pino({ level: "silent" });
@@ -170,6 +171,41 @@ describe("health", () => {
 
   it("/readyz: 200 while the LinkService and Postgres answer", async () => {
     expect(outcome(await api(stack, "GET", "/readyz", { clientId: null }))).toEqual({ status: 200, body: { status: "ready" } });
+  });
+});
+
+describe("a LinkService whose port is taken", () => {
+  it.each(["the RPC port", "the metrics port"])("fails to start with %s taken, and lets go of the other port and its database probe", async (taken) => {
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
+    const held = (holder.address() as net.AddressInfo).port;
+    const other = await freePort();
+    let probes = 0;
+    const { db, close: closeDb } = createDb(stack.databaseUrl);
+    try {
+      const start = startLinksServer({
+        db,
+        port: taken === "the RPC port" ? held : other,
+        metricsPort: taken === "the RPC port" ? other : held,
+        host: "127.0.0.1",
+        checkoutBaseUrl: "http://checkout.test",
+        clock: testClock(),
+        processor: undefined,
+        logger: silent,
+        probeDb: async () => void probes++,
+      });
+      await expect(start).rejects.toThrow(/EADDRINUSE/);
+      // The other port is free again, and the gate probes no more.
+      const again = createServer();
+      await new Promise<void>((resolve, reject) => again.once("error", reject).listen(other, "127.0.0.1", resolve));
+      await new Promise((resolve) => again.close(resolve));
+      const before = probes;
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(probes).toBe(before);
+    } finally {
+      holder.close();
+      await closeDb();
+    }
   });
 });
 

@@ -193,13 +193,22 @@ export async function startLinksServer(opts: LinksServerOptions) {
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
-  });
+  // The metrics port first, as the gateway's: one that is taken stops the
+  // LinkService before its RPC port has taken a call. A port that fails lets
+  // go of what started (the gate's probe alone would keep the process alive).
+  let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined;
+  try {
+    if (opts.metricsPort !== undefined) metricsServer = await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
+    });
+  } catch (err) {
+    await metricsServer?.close();
+    gate.close();
+    throw err;
+  }
   const port = (server.address() as AddressInfo).port;
-  const metricsServer =
-    opts.metricsPort === undefined ? undefined : await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
 
   return {
     port,
