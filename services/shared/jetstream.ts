@@ -148,9 +148,9 @@ async function ensureStream(jsm: JetStreamManager, replicas = 1, config: Partial
  * The stream exists with other settings (made by an earlier release, an
  * operator, or another NATS_STREAM_REPLICAS): what JetStream can change in
  * place (replicas, age, duplicate window) is brought to this release's
- * values, and our subjects are added beside any it has; storage or retention cannot be, and is refused, naming
- * the setting. Limits this release does not set (max_msgs, discard) stay as
- * an operator set them.
+ * values, and our subjects are added beside any it has; storage or
+ * retention cannot be, and is refused, naming the setting. Limits this
+ * release does not set (max_msgs, discard) stay as an operator set them.
  */
 async function reconcileStream(jsm: JetStreamManager, existing: StreamConfig, wanted: Partial<StreamConfig> & { name: string }) {
   for (const fixed of ["storage", "retention"] as const) {
