@@ -44,6 +44,11 @@ describe("loadConfig", () => {
     ["CHECKOUT_BASE_URL", "not a url"],
     ["CHECKOUT_BASE_URL", "https://pay.example.com/?ref=sms"],
     ["PUBLIC_BASE_URL", "https://api.example.com/#top"],
+    // What WHATWG's parser repairs in silence, and a link's url would carry as typed.
+    ["CHECKOUT_BASE_URL", "https:pay.example.com"],
+    ["CHECKOUT_BASE_URL", "https:/pay.example.com"],
+    ["CHECKOUT_BASE_URL", "https://pay.example.com\\shop"],
+    ["PUBLIC_BASE_URL", "https://pay.example.com/my shop"],
     ["DATABASE_URL", "mysql://user@host/db"],
     ["DATABASE_URL", "postgres://svc:pa#ss@db.internal/paylink"],
     ["DATABASE_URL", "postgres://svc:pa/ss@db.internal/paylink"],

@@ -9,6 +9,7 @@ import {
   type ListLinksRequest,
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { absoluteHttpUrl } from "../shared/http-url.js";
 import { currencyDigits, isKnownCurrency } from "../shared/money.js";
 import { isLinkId } from "../shared/ids.js";
 import { methodName, type StatusName, statusName } from "../shared/names.js";
@@ -214,29 +215,13 @@ function optionalText(path: string, value: string | undefined, max: number): voi
 }
 
 /**
- * "scheme://host" and nothing the WHATWG parser would quietly repair: it
- * reads "http:shop" and "https:///shop" as https://shop/, turns a backslash
- * into a slash, decodes "%65" in a host and drops or encodes whitespace and
- * control characters (C0 and C1), so such a value would be one URL to us and
- * another, or none, to the merchant who typed it.
- */
-const ABSOLUTE_HTTP = /^https?:\/\/[^\s\\/?#%\x00-\x1f\x7f-\x9f]+(?:[/?#][^\s\\\x00-\x1f\x7f-\x9f]*)?$/i;
-
-/**
  * Checked only: `data` keeps the URL as the client sent it (the contract),
  * and the page and the redirect use its canonical form (WHATWG serialization).
  */
 function checkHttpUrl(path: string, value: string): void {
   noNul(path, value);
-  let url: URL | undefined;
-  try {
-    url = ABSOLUTE_HTTP.test(value) ? new URL(value) : undefined;
-  } catch {
-    url = undefined;
-  }
-  // ABSOLUTE_HTTP has settled the scheme.
   // The contract's bound is on the URL as sent; its percent-encoded form may be longer.
-  if (!url || length(value) > 2048) {
+  if (!absoluteHttpUrl(value) || length(value) > 2048) {
     throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
   }
 }

@@ -1,6 +1,7 @@
 // Every setting of CONTRACT.md, parsed and checked once at start-up. A bad
 // value throws a ConfigError naming the variable, and the entry point exits.
 import { isIP } from "node:net";
+import { absoluteHttpUrl } from "./http-url.js";
 
 export type PaylinkEnv = "test" | "production";
 
@@ -243,15 +244,8 @@ export function databaseWhere(databaseUrl: string): string {
 
 function baseUrl(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
   const raw = optional(env, name) ?? fallback;
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new ConfigError(`${name} must be an absolute http or https URL; got "${raw}"`);
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new ConfigError(`${name} must be an absolute http or https URL; got "${raw}"`);
-  }
+  // As merchants' URLs are judged: links carry it as typed, so it must mean what it says.
+  if (!absoluteHttpUrl(raw)) throw new ConfigError(`${name} must be an absolute http or https URL; got "${raw}"`);
   // Paths are appended to it (/link/<id>): a query or a fragment would swallow them.
   if (/[?#]/.test(raw)) throw new ConfigError(`${name} must be a URL without a query or fragment; got "${raw}"`);
   return raw.replace(/\/+$/, "");
