@@ -263,6 +263,18 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
   });
 
   it.each([
+    ["GATEWAY_PORT", "GATEWAY_METRICS_PORT", "gateway/main.ts", "gateway"],
+    ["LINKS_PORT", "LINKS_METRICS_PORT", "services/links/main.ts", "links"],
+  ])("%s and %s on one port: says so, not that another program holds it", async (one, other, entry, name) => {
+    const spare = net.createServer();
+    await new Promise<void>((resolve) => spare.listen(0, "127.0.0.1", resolve));
+    const port = (spare.address() as net.AddressInfo).port;
+    await new Promise((resolve) => spare.close(resolve));
+    const run = runEntry(entry, { [one]: String(port), [other]: String(port) });
+    expectOneLine(run, `${name}: start-up failed: ${one} and ${other} are both ${port}: each needs a port of its own`);
+  });
+
+  it.each([
     ["a database that does not exist", (url: URL) => (url.pathname = "/no_such_paylink_db"), 'database "no_such_paylink_db" does not exist'],
     ["a role that does not exist", (url: URL) => ((url.username = "no_such_role"), (url.password = "hunter2-secret")), 'role "no_such_role" does not exist'],
     // A Prisma-style option, which postgres.js hands PostgreSQL as a setting.

@@ -13,6 +13,10 @@ export const namePorts =
     const names = Object.keys(settings).filter((name) => settings[name] === port);
     if (names.length === 0 || (code !== "EADDRINUSE" && code !== "EACCES")) throw err;
     const setting = names.join(" and ");
+    // Two settings of one process on one port: the process is in its own way, whoever else holds it.
+    if (names.length > 1 && code === "EADDRINUSE") {
+      throw new StartupError(`${setting} are both ${String(port)}: each needs a port of its own`, { cause: err });
+    }
     throw new StartupError(
       code === "EADDRINUSE"
         ? `${setting} ${String(port)} is in use by another program: stop it, or set ${setting} to a free port`
