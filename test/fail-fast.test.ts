@@ -141,11 +141,21 @@ describe("PostgreSQL unavailable", () => {
     await recoversFast();
   });
 
-  it("stopped: the LinkService's /metrics still answers within 2 s, the gauges it cannot read counted as failed", async () => {
-    await createOk();
+  it("stopped: the LinkService's /metrics still answers within 2 s, the gauges it cannot read counted as failed, a refused pay counted", async () => {
+    const id = await createOk();
     await fetch(stack.linksMetricsUrl); // the gauges' last values, read while PostgreSQL answers
     await pg.stop();
     try {
+      const unavailable = async () =>
+        Number(/^paylink_payments_total\{outcome="unavailable"\} (\d+)$/m.exec(await (await fetch(stack.linksMetricsUrl)).text())?.[1] ?? 0);
+      const before = await unavailable();
+      const pay = await fetch(`${stack.gatewayUrl}/link/${id}/pay`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ payment_method: "bank_transfer" }),
+      });
+      expect(pay.status).toBe(503);
+      expect(await unavailable()).toBe(before + 1);
       const started = performance.now();
       const res = await fetch(stack.linksMetricsUrl);
       expect(performance.now() - started).toBeLessThan(BOUND_MS);

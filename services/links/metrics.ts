@@ -3,7 +3,8 @@
 // connect's adapter (Connect, gRPC-Web, streaming) are counted alike.
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { DescService } from "@bufbuild/protobuf";
-import { type Code, ConnectError, type ContextValues, createContextKey, type Interceptor } from "@connectrpc/connect";
+import { type Code, ConnectError, type ContextValues, createContextKey, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import type { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { codeFromHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
@@ -11,7 +12,6 @@ import type { Clock } from "../shared/clock.js";
 import { createRegistry, DURATION_BUCKETS, natsConnectedGauge } from "../shared/metrics.js";
 import type { Db } from "./db.js";
 import { oldestUnpublishedAt } from "./outbox.js";
-import type { Payments } from "./payments.js";
 import { withTimeout } from "../shared/with-timeout.js";
 import { dueHoldCount, uncapturedCount } from "./store.js";
 
@@ -97,14 +97,19 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
       },
       failed: () => sweeperRuns.inc({ result: "error" }),
     },
-    /** Counts each payment's outcome without touching the payment code. */
-    countPayments(inner: Payments): Payments {
+    /**
+     * Counts each CompletePayment call's outcome without touching the payment
+     * code; around the database gate, so that a pay refused while PostgreSQL
+     * is away counts too (as `unavailable`), when an alert wants it most.
+     */
+    countPayments<S extends Pick<ServiceImpl<typeof LinkService>, "completePayment">>(service: S): S {
+      const inner = service.completePayment.bind(service);
       return {
-        ...inner,
-        // Every argument passed on as given: the call's signal among them, which stops a pay its caller gave up on.
-        async complete(...args) {
+        ...service,
+        // Every argument passed on as given: the call's context among them, whose signal stops a pay its caller gave up on.
+        async completePayment(...args: Parameters<typeof inner>) {
           try {
-            const res = await inner.complete(...args);
+            const res = await inner(...args);
             payments.inc({ outcome: "succeeded" });
             return res;
           } catch (err) {

@@ -89,7 +89,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const gate = createDbGate({ probe: opts.probeDb ?? (() => ping(db)), logger });
   gate.start();
   const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id", gate });
-  const service = gated(createLinkService({
+  const service = metrics.countPayments(gated(createLinkService({
     db,
     clock,
     authenticator,
@@ -98,16 +98,14 @@ export async function startLinksServer(opts: LinksServerOptions) {
     batched: createBatchedStore(db, { observe: metrics.batchRows }),
     logger,
     idempotency: createIdempotency({ db, clock }),
-    payments: metrics.countPayments(
-      createPayments({
-        db,
-        clock,
-        processor: opts.processor,
-        logger,
-        onEventsCommitted,
-      }),
-    ),
-  }), gate);
+    payments: createPayments({
+      db,
+      clock,
+      processor: opts.processor,
+      logger,
+      onEventsCommitted,
+    }),
+  }), gate));
   const batchStreams = createBatchStreams({
     links: service,
     readMaxBytes: MAX_MESSAGE_BYTES,
