@@ -4,10 +4,10 @@
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { DescService } from "@bufbuild/protobuf";
 import { type Code, ConnectError, type ContextValues, createContextKey, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
-import type { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { codeFromHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
+import type { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Clock } from "../shared/clock.js";
 import { createRegistry, DURATION_BUCKETS, natsConnectedGauge } from "../shared/metrics.js";
 import type { Db } from "./db.js";
