@@ -7,7 +7,7 @@ import http from "node:http";
 import { promisify } from "node:util";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { eq } from "drizzle-orm";
+import { eq, sql } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AdminService } from "../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
@@ -79,18 +79,43 @@ describe("keys", () => {
     }
   });
 
-  it("record last use to the minute, written at most once a minute", async () => {
+  it("record last use to the minute, written at most once a minute by one copy or several", async () => {
     const { id, secret } = await newKey("auth-last-used");
     const lastUsed = async () => (await stack.db.select().from(apiKeys).where(eq(apiKeys.id, id)))[0]!.lastUsedAt;
-    expect(await lastUsed()).toBeNull();
-    await create("auth-last-used", bearer(secret));
-    await expect.poll(lastUsed).not.toBeNull();
-    const minute = (await lastUsed())!;
-    expect(minute.getTime() % 60_000).toBe(0);
-    expect(minute.getTime()).toBe(Math.floor(stack.clock.now().getTime() / 60_000) * 60_000);
-    stack.clock.advance(60_000);
-    await create("auth-last-used", bearer(secret));
-    await expect.poll(async () => (await lastUsed())!.getTime()).toBe(minute.getTime() + 60_000);
+    // Every UPDATE statement on api_keys counted, one that changes no row too:
+    // a write made and then refused by its WHERE is still a write.
+    await stack.db.execute(sql`create table key_writes (at timestamptz not null default clock_timestamp())`);
+    await stack.db.execute(sql`create function count_key_write() returns trigger language plpgsql as $$ begin insert into key_writes default values; return null; end $$`);
+    await stack.db.execute(sql`create trigger count_key_writes after update on api_keys for each statement execute function count_key_write()`);
+    const writes = async () => Number((await stack.db.execute<{ n: string }>(sql`select count(*) as n from key_writes`))[0]!.n);
+    const other = await stack.startLinksCopy({ processor: undefined, auth: "api-key" });
+    try {
+      const copy = createClient(LinkService, createGrpcTransport({ baseUrl: `http://127.0.0.1:${other.port}` }));
+      const asMerchant = { headers: { "client-id": "auth-last-used", ...bearer(secret) } };
+      expect(await lastUsed()).toBeNull();
+      await create("auth-last-used", bearer(secret));
+      await expect.poll(lastUsed).not.toBeNull();
+      const minute = (await lastUsed())!;
+      expect(minute.getTime() % 60_000).toBe(0);
+      expect(minute.getTime()).toBe(Math.floor(stack.clock.now().getTime() / 60_000) * 60_000);
+      expect(await writes()).toBe(1);
+      const version = async () => (await stack.db.execute<{ xmin: string }>(sql`select xmin from api_keys where id = ${id}`))[0]!.xmin;
+      const first = await version();
+      // The same minute: no write from this copy; the other copy's one write changes no row.
+      await create("auth-last-used", bearer(secret));
+      await copy.getCaller({}, asMerchant);
+      await expect.poll(writes).toBe(2);
+      expect(await version()).toBe(first);
+      stack.clock.advance(60_000);
+      await create("auth-last-used", bearer(secret));
+      await expect.poll(async () => (await lastUsed())!.getTime()).toBe(minute.getTime() + 60_000);
+      await expect.poll(writes).toBe(3);
+    } finally {
+      await other.close();
+      await stack.db.execute(sql`drop trigger count_key_writes on api_keys`);
+      await stack.db.execute(sql`drop function count_key_write`);
+      await stack.db.execute(sql`drop table key_writes`);
+    }
   });
 });
 
