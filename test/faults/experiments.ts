@@ -198,14 +198,15 @@ function killNotifierMidDelivery(): Experiment {
         const paid = outcomes.filter((o) => o.final.status === 200).map((o) => o.linkId);
         const hooks = await checkWebhooks(d, paid, WEBHOOKS_AFTER_NOTIFIER_KILL_MS);
         const after = d.receiver.received.filter((r) => r.at > restarted).sort((a, b) => a.at - b.at)[0];
+        const judged = judgeAnswers(outcomes.flatMap((o) => o.answers));
         return row(name, {
           acknowledged: paid.length,
           found: hooks.delivered,
           lost: hooks.missing,
           duplicates: pays.duplicates,
-          clientErrors: judgeAnswers(outcomes.flatMap((o) => o.answers)).clientErrors,
+          clientErrors: judged.clientErrors,
           recoveryMs: after ? after.at - restarted : undefined,
-          failures: pays.failures,
+          failures: [...pays.failures, ...judged.failures],
         });
       }),
   };
