@@ -91,7 +91,10 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
           ? { status: 431, message: "Request header fields too large" }
           : code === "ERR_HTTP_REQUEST_TIMEOUT"
             ? { status: 408, message: "Request timeout" }
-            : { status: 400, message: "Malformed HTTP request" };
+            : code === "HPE_INVALID_METHOD" && METHOD_TOKEN.test(String((err as unknown as { rawPacket?: Buffer }).rawPacket ?? ""))
+              ? // RFC 9110 §9.1: a method it does not know (not bytes that are no request at all).
+                { status: 501, message: "Method not implemented" }
+              : { status: 400, message: "Malformed HTTP request" };
       // A 408 cuts a request a route already has, whose body never came: its
       // answer keeps that request's id. Any other refusal is of bytes after
       // it (a pipelined request), which are not that request.
@@ -100,6 +103,10 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       answerAndClose(socket, rawAnswer(refuseUnrouted(status, message, code, cut)));
     },
   });
+  // A client that sends its request and then closes its side (FIN) is still
+  // reading: Node's default aborted every request on the connection, and a
+  // create or pay went through with its answer never sent.
+  (app.server as typeof app.server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   // Node answers an Expect other than 100-continue itself (417, no body) and
   // closes a CONNECT without a word, unless told otherwise.
   app.server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
@@ -118,15 +125,17 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   }
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
-    // RFC 9112 §3.2: a server must refuse an HTTP/1.1 request that names no host.
+    // RFC 9112 §3.2: a server must refuse an HTTP/1.1 request that names no
+    // host; which request comes next on such a connection is anyone's guess.
     if (req.headers.host === undefined && req.raw.httpVersion === "1.1") {
-      reply.header("cache-control", "no-store");
+      reply.header("cache-control", "no-store").header("connection", "close");
       throw badRequest("Host header is required");
     }
     // Before anything reads the body: Fastify's 404 route parses one like
     // any other, and a bad one had answered 400, 413 or 415 for a path that
-    // does not exist.
-    if (req.is404) return notFound(reply);
+    // does not exist. "/v1/links/" is /v1/links/:id with no id: a path that
+    // names nothing, not a link whose route refuses POST with a 405.
+    if (req.is404 || ((req.params as { id?: string }).id === "" && req.url.startsWith("/v1/"))) return notFound(reply);
   });
   deps.metrics?.register(app);
   endSpans(app);
@@ -143,6 +152,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // (check 3): a GET's body, or a text/plain one, is not read at all.
     if ((body as Buffer).length > 0 && !isIdentity(req.headers["content-encoding"])) {
       return done(Object.assign(new Error("Content-Encoding must be identity"), { statusCode: 415 }), undefined);
+    }
+    // Node undoes chunked only: "gzip, chunked" would hand the parser gzip.
+    const transfer = req.headers["transfer-encoding"];
+    if (transfer !== undefined && transfer.trim().toLowerCase() !== "chunked") {
+      return done(Object.assign(new Error("Transfer-Encoding must be chunked"), { statusCode: 415 }), undefined);
     }
     let text: string;
     try {
@@ -177,6 +191,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
 /** Under /v1 too, where every answer says no-store (rest.ts): one rule for every path nothing serves. */
 const notFound = (reply: FastifyReply) => sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" });
 
+/** A request line that begins with a method token (RFC 9110 §5.6.2) and a space. */
+const METHOD_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ /;
 const isIdentity = (encoding: string | undefined) => encoding === undefined || encoding.trim().toLowerCase() === "identity";
 
 /** A request no route sees, answered in the contract's shape. */

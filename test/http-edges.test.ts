@@ -1,6 +1,7 @@
 // The gateway's HTTP edges: unknown paths, wrong methods, request ids,
 // health and readiness, JSON everywhere, and 500/503 without internals.
 import net, { createServer } from "node:net";
+import zlib from "node:zlib";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startGateway } from "../gateway/server.js";
@@ -321,6 +322,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     const [head, body] = raw.split("\r\n\r\n");
     return { statusLine: head!.split("\r\n")[0], head: head!.toLowerCase(), body: JSON.parse(body!) };
   };
+  /** Headers as they go on the wire, each line ended. */
+  const rawHeaders = (headers: Record<string, string>) => Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("");
   /** An answer in the contract's shape, made outside the routes. */
   const expectRefusal = (raw: string, statusLine: string, error: string) => {
     const res = parse(raw);
@@ -345,13 +348,76 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     expect(res.body).toEqual({ error: "Malformed HTTP request" });
   });
 
-  it("answers an HTTP/1.1 request without Host with 400 in the contract's shape, and serves HTTP/1.0 without one", async () => {
+  it("answers an HTTP/1.1 request without Host with 400 in the contract's shape and closes, and serves HTTP/1.0 without one", async () => {
     for (const path of ["/v1/links/abc", "/healthz"]) {
-      const raw = await rawRequest(`GET ${path} HTTP/1.1\r\nClient-Id: client-a\r\nConnection: close\r\n\r\n`);
+      // No Connection: close from the client: the gateway closes (rawRequest waits for it).
+      const raw = await rawRequest(`GET ${path} HTTP/1.1\r\nClient-Id: client-a\r\n\r\n`);
       expectRefusal(raw, "HTTP/1.1 400 Bad Request", "Host header is required");
+      expect(parse(raw).head).toContain("connection: close");
     }
     const old = parse(await rawRequest("GET /healthz HTTP/1.0\r\n\r\n"));
     expect(old.statusLine).toBe("HTTP/1.1 200 OK");
+  });
+
+  it("answers a method it does not know with 501 in the contract's shape (RFC 9110 §9.1)", async () => {
+    for (const path of ["/healthz", "/v1/links"]) {
+      expectRefusal(await rawRequest(`FOO ${path} HTTP/1.1\r\nHost: x\r\n\r\n`), "HTTP/1.1 501 Not Implemented", "Method not implemented");
+    }
+  });
+
+  it("answers a request whose client closed its side after sending it (FIN): a create, and pipelined gets", async () => {
+    const halfClosed = (request: string) =>
+      new Promise<string>((resolve, reject) => {
+        const { port } = new URL(stack.gatewayUrl);
+        const socket = net.connect({ port: Number(port), host: "127.0.0.1", allowHalfOpen: true }, () => socket.end(request));
+        let answer = "";
+        socket.on("data", (chunk) => (answer += chunk));
+        socket.on("end", () => resolve(answer));
+        socket.on("error", reject);
+      });
+    const body = JSON.stringify(validLink());
+    const auth = rawHeaders(await stack.merchantHeaders("client-fin"));
+    const created = await halfClosed(
+      `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    expect(created.split("\r\n")[0]).toBe("HTTP/1.1 201 Created");
+    const id = JSON.parse(created.split("\r\n\r\n")[1]!).id as string;
+    const get = `GET /v1/links/${id} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`;
+    const answers = await halfClosed(get + get);
+    // The second answer's status line follows the first one's body.
+    expect(answers.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK", "HTTP/1.1 200 OK"]);
+  });
+
+  it("answers /v1/links/ (no id) 404 Not found for every method, not a 405 that names GET", async () => {
+    for (const method of ["GET", "POST", "DELETE"]) {
+      const raw = await rawRequest(`${method} /v1/links/ HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
+      const res = parse(raw);
+      expect([method, res.statusLine, res.body]).toEqual([method, "HTTP/1.1 404 Not Found", { error: "Not found" }]);
+    }
+  });
+
+  it("refuses a transfer coding other than chunked (Node would hand the JSON parser gzip) with 415", async () => {
+    const gzipped = zlib.gzipSync(JSON.stringify(validLink()));
+    const auth = rawHeaders(await stack.merchantHeaders("client-a"));
+    const chunk = `${gzipped.length.toString(16)}\r\n`;
+    const raw = await new Promise<string>((resolve, reject) => {
+      const { port } = new URL(stack.gatewayUrl);
+      const socket = net.connect(Number(port), "127.0.0.1", () =>
+        socket.write(
+          Buffer.concat([
+            Buffer.from(`POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n${chunk}`),
+            gzipped,
+            Buffer.from("\r\n0\r\n\r\n"),
+          ]),
+        ),
+      );
+      let answer = "";
+      socket.on("data", (c) => (answer += c));
+      socket.on("end", () => resolve(answer));
+      socket.on("error", reject);
+    });
+    const res = parse(raw);
+    expect([res.statusLine, res.body]).toEqual(["HTTP/1.1 415 Unsupported Media Type", { error: "Transfer-Encoding must be chunked" }]);
   });
 
   it("answers an Expect it cannot meet with 417 in the contract's shape", async () => {
