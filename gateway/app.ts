@@ -91,7 +91,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
           ? { status: 431, message: "Request header fields too large" }
           : code === "ERR_HTTP_REQUEST_TIMEOUT"
             ? { status: 408, message: "Request timeout" }
-            : code === "HPE_INVALID_METHOD" && METHOD_TOKEN.test(String((err as unknown as { rawPacket?: Buffer }).rawPacket ?? ""))
+            : code === "HPE_INVALID_METHOD" && REQUEST_LINE.test(String((err as unknown as { rawPacket?: Buffer }).rawPacket ?? ""))
               ? // RFC 9110 §9.1: a method it does not know (not bytes that are no request at all).
                 { status: 501, message: "Method not implemented" }
               : { status: 400, message: "Malformed HTTP request" };
@@ -191,8 +191,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
 /** Under /v1 too, where every answer says no-store (rest.ts): one rule for every path nothing serves. */
 const notFound = (reply: FastifyReply) => sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" });
 
-/** A request line that begins with a method token (RFC 9110 §5.6.2) and a space. */
-const METHOD_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ /;
+/** A well-formed request line (RFC 9112 §3) whose method (a token, RFC 9110 §5.6.2) is the only question. */
+const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ \S+ HTTP\/\d\.\d\r?\n/;
 const isIdentity = (encoding: string | undefined) => encoding === undefined || encoding.trim().toLowerCase() === "identity";
 
 /** A request no route sees, answered in the contract's shape. */

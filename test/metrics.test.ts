@@ -101,9 +101,11 @@ describe("gateway and LinkService metrics", () => {
       });
     expect(await raw(`GET /v1/links HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`)).toMatch(/^HTTP\/1\.1 431 /);
     expect(await raw("NOT A REQUEST\r\n\r\n")).toMatch(/^HTTP\/1\.1 400 /);
+    expect(await raw("FOO /v1/links HTTP/1.1\r\nHost: x\r\n\r\n")).toMatch(/^HTTP\/1\.1 501 /);
     const gateway = await scrape(stack.gatewayMetricsUrl);
     expect(sample(gateway, 'paylink_http_parser_refusals_total{status_code="431"}')).toBe(1);
     expect(sample(gateway, 'paylink_http_parser_refusals_total{status_code="400"}')).toBe(1);
+    expect(sample(gateway, 'paylink_http_parser_refusals_total{status_code="501"}')).toBe(1);
   });
 
   it("counts a Connect call's failure by its own code, which its HTTP status does not tell", async () => {
