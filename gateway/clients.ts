@@ -212,20 +212,49 @@ interface Queued<T> {
 /**
  * A request's deadline runs from when it queued, not from when its batch
  * left: a request that waited behind a slow call has that much less time.
- * One already out of time is answered DeadlineExceeded without being sent;
- * the batch's deadline is its most urgent request's.
+ * One already out of time is answered DeadlineExceeded without being sent.
+ * A call's deadline is its most urgent item's, so the items of one batch go
+ * as calls of their own when their deadlines lie more than DEADLINE_SLACK_MS
+ * apart (they queued far apart, behind a slow call): no request is cut more
+ * than that short of its own deadline by another's. Normally a batch's items
+ * queued within one round trip, and go as one call.
  */
 function withinDeadlines<T, O>(send: (items: T[], timeoutMs: number) => Promise<(O | Error)[]>) {
   return async (queued: Queued<T>[]): Promise<(O | Error)[]> => {
     const now = Date.now();
-    const live = queued.filter((q) => q.deadline > now);
-    const answers = live.length ? await send(live.map((q) => q.value), Math.min(...live.map((q) => q.deadline)) - now) : [];
-    let next = 0;
-    return queued.map((q) =>
-      q.deadline > now ? answers[next++]! : new ConnectError("the request waited past its deadline", Code.DeadlineExceeded),
-    );
+    const answers = new Array<O | Error>(queued.length);
+    const calls: Promise<void>[] = [];
+    let group: number[] = [];
+    let first = 0;
+    let earliest = Infinity;
+    const sendGroup = () => {
+      const members = group;
+      calls.push(
+        send(members.map((i) => queued[i]!.value), earliest - now).then(
+          (got) => members.forEach((i, k) => (answers[i] = got[k]!)),
+          (err: unknown) => members.forEach((i) => (answers[i] = err instanceof Error ? err : ConnectError.from(err))),
+        ),
+      );
+      group = [];
+      earliest = Infinity;
+    };
+    for (let i = 0; i < queued.length; i++) {
+      const { deadline } = queued[i]!;
+      if (deadline <= now) {
+        answers[i] = new ConnectError("the request waited past its deadline", Code.DeadlineExceeded);
+        continue;
+      }
+      if (group.length > 0 && deadline > first + DEADLINE_SLACK_MS) sendGroup();
+      if (group.length === 0) first = deadline;
+      group.push(i);
+      earliest = Math.min(earliest, deadline);
+    }
+    if (group.length > 0) sendGroup();
+    await Promise.all(calls);
+    return answers;
   };
 }
+const DEADLINE_SLACK_MS = 100;
 
 /** Each item's response, or the ConnectError its own call would have thrown. */
 function results<T>(

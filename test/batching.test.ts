@@ -395,6 +395,38 @@ describe("batches over a message's size", () => {
   }, 30_000);
 });
 
+describe("deadlines in a batch", () => {
+  it("cuts no request short by the deadline of one that queued long before it in the same batch", async () => {
+    // Inserts wait on this lock, so the first create's call stays in flight
+    // past its 1.8 s deadline while two more queue 1.4 s apart behind it.
+    const holder = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
+    const conn = await holder.reserve();
+    await conn`begin`;
+    await conn`lock table links in share mode`;
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const createOne = (description: string) =>
+      api(stack, "POST", "/v1/links", { clientId: "deadline-mates", body: validLink({ data: { amount: { value: 10, currency: "USD" }, description } }) });
+    let answers: Awaited<ReturnType<typeof api>>[];
+    try {
+      const first = createOne("first");
+      await sleep(100);
+      const early = createOne("early");
+      await sleep(1_400);
+      const late = createOne("late");
+      // Past the first's and the early one's deadlines, well inside the late one's.
+      await sleep(600);
+      await conn`commit`;
+      answers = await Promise.all([first, early, late]);
+    } finally {
+      await conn`rollback`.catch(() => {});
+      conn.release();
+      await holder.end();
+    }
+    expect(answers.map((res) => res.status)).toEqual([503, 503, 201]);
+    expect(answers[2]!.body.data.description).toBe("late");
+  }, 30_000);
+});
+
 describe("1,000 concurrent mixed REST requests", () => {
   // Which answer each request gets is the point here, not how soon: on a CI
   // machine busy with the rest of the suite, the tail of 1,000 requests sent
