@@ -91,7 +91,11 @@ await runMain("links", async (config, logger) => {
       // then what ends them, inside the drain's 15 s.
       await Promise.race([loops, sleep(LOOPS_GRACE_MS)]);
       await closeDb();
-      await loops;
+      // With the pool gone a loop holds nothing the process needs: one still
+      // waiting (once in CI, 7 s past the pool's cut) must not hold the drain
+      // past its 15 s and an exit code of 1.
+      const ended = await Promise.race([loops.then(() => true), sleep(LOOPS_GRACE_MS).then(() => false)]);
+      if (!ended) logger.info("background loops still waiting after the pool closed; exiting without them");
     },
   };
 });
