@@ -225,7 +225,6 @@ function withinDeadlines<T, O>(send: (items: T[], timeoutMs: number) => Promise<
     const answers = new Array<O | Error>(queued.length);
     const calls: Promise<void>[] = [];
     let group: number[] = [];
-    let first = 0;
     let earliest = Infinity;
     const sendGroup = () => {
       const members = group;
@@ -244,8 +243,7 @@ function withinDeadlines<T, O>(send: (items: T[], timeoutMs: number) => Promise<
         answers[i] = new ConnectError("the request waited past its deadline", Code.DeadlineExceeded);
         continue;
       }
-      if (group.length > 0 && deadline > first + DEADLINE_SLACK_MS) sendGroup();
-      if (group.length === 0) first = deadline;
+      if (deadline > earliest + DEADLINE_SLACK_MS) sendGroup();
       group.push(i);
       earliest = Math.min(earliest, deadline);
     }

@@ -18,6 +18,11 @@ import { createSweeper } from "./sweeper.js";
 
 const LOOPS_GRACE_MS = 3_000;
 
+/** Whether `work` ends within `ms`; it goes on either way. */
+function endedWithin(work: Promise<unknown>, ms: number): Promise<boolean> {
+  return Promise.race([work.then(() => true), sleep(ms).then(() => false)]);
+}
+
 await runMain("links", async (config, logger) => {
   survivePostgresDriverBug(logger);
   requireInternalToken(config);
@@ -89,13 +94,12 @@ await runMain("links", async (config, logger) => {
       // Each loop finishes its query under way, and a frozen PostgreSQL answers
       // none: closing the pool (which cuts what is left after its own 5 s) is
       // then what ends them, inside the drain's 15 s.
-      await Promise.race([loops, sleep(LOOPS_GRACE_MS)]);
+      await endedWithin(loops, LOOPS_GRACE_MS);
       await closeDb();
       // With the pool gone a loop holds nothing the process needs: one still
       // waiting (once in CI, 7 s past the pool's cut) must not hold the drain
       // past its 15 s and an exit code of 1.
-      const ended = await Promise.race([loops.then(() => true), sleep(LOOPS_GRACE_MS).then(() => false)]);
-      if (!ended) logger.info("background loops still waiting after the pool closed; exiting without them");
+      if (!(await endedWithin(loops, LOOPS_GRACE_MS))) logger.info("background loops still waiting after the pool closed; exiting without them");
     },
   };
 });
