@@ -10,6 +10,8 @@ import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { newSecret } from "../services/links/auth.js";
 import { DatabaseTimeout } from "../services/links/db-errors.js";
 import { createDbProbe } from "../services/links/db-probe.js";
+import { createDbGate } from "../services/links/db-gate.js";
+import { pino } from "pino";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
 import { freePort, startNatsServer } from "./support/nats.js";
@@ -234,6 +236,48 @@ describe("PostgreSQL unavailable", () => {
       });
       expect(res.status).toBe(200);
     }
+  });
+});
+
+describe("a LinkService whose own loop is blocked", () => {
+  it("reads PostgreSQL's answer that waited behind the block before calling it silent: the gate stays open", async () => {
+    // A timer that falls due while the loop is busy runs before the loop reads
+    // its sockets: the probe's answer, there in time, had lost to its timeout,
+    // and a starved but healthy LinkService answered 503 to everything.
+    const probe = createDbProbe(pg.url, 300);
+    await probe.probe();
+    const warnings: string[] = [];
+    let blocks = 0;
+    const gate = createDbGate({
+      probe() {
+        // PostgreSQL frozen: the query goes on the wire and waits there. Two
+        // turns on, it answers while this loop is blocked past both timeouts.
+        pg.freeze();
+        const answer = probe.probe();
+        setImmediate(() =>
+          setImmediate(() => {
+            pg.thaw();
+            const until = performance.now() + 600;
+            while (performance.now() < until);
+            blocks++;
+          }),
+        );
+        return answer;
+      },
+      logger: pino({ level: "warn" }, { write: (line: string) => void warnings.push(line) }),
+      probeEveryMs: 20,
+      probeTimeoutMs: 300,
+    });
+    gate.start();
+    try {
+      while (blocks < 3) await new Promise((resolve) => setTimeout(resolve, 20));
+    } finally {
+      gate.close();
+      pg.thaw();
+      await probe.close();
+    }
+    expect(warnings).toEqual([]);
+    expect(gate.available).toBe(true);
   });
 });
 

@@ -165,6 +165,26 @@ describe("per address on pay", () => {
       expect([(await pay("203.0.113.1")).status, (await pay("203.0.113.1")).status, (await pay("203.0.113.1")).status]).toEqual([404, 404, 429]);
       // Another customer behind the same proxy has a budget of its own.
       expect((await pay("203.0.113.2")).status).toBe(404);
+      // The same IPv4 address, written as a dual-stack socket reports it, is the same customer.
+      expect([(await pay("::ffff:203.0.113.2")).status, (await pay("203.0.113.2")).status]).toEqual([404, 429]);
+    } finally {
+      await proxied.close();
+    }
+  });
+
+  it("counts an IPv6 customer by its /64: another address in the same /64 is no new budget", async () => {
+    const proxied = await startStack({ gateway: { rateLimitPay: { max: 1, windowMs: 60_000 }, trustProxy: ["127.0.0.1"] } });
+    try {
+      const pay = async (customer: string) =>
+        (await api(proxied, "POST", "/link/lnk-nope/pay", {
+          clientId: null,
+          body: { payment_method: "bank_transfer" },
+          headers: { "x-forwarded-for": customer },
+        })).status;
+      expect([await pay("2001:db8:1:2::1"), await pay("2001:DB8:1:2:ffff:ffff:ffff:fffe")]).toEqual([404, 404]);
+      expect(await pay("2001:db8:1:2:abcd::7")).toBe(429);
+      // The next /64 is another customer.
+      expect(await pay("2001:db8:1:3::1")).toBe(404);
     } finally {
       await proxied.close();
     }

@@ -9,6 +9,7 @@
 // waits on a frozen or restarting server longer than it asked to.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../shared/logger.js";
+import { onSilence } from "../shared/with-timeout.js";
 import { DatabaseTimeout, databaseUnavailable, isDatabaseUnavailable } from "./db-errors.js";
 
 const PROBE_EVERY_MS = 250;
@@ -34,9 +35,9 @@ export function createDbGate(opts: DbGateOptions) {
   let running = false;
 
   async function probeOnce(): Promise<boolean> {
-    let bound: NodeJS.Timeout | undefined;
+    let cancel: (() => void) | undefined;
     const timedOut = new Promise<never>((_, reject) => {
-      bound = setTimeout(() => reject(new DatabaseTimeout(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      cancel = onSilence(timeoutMs, () => reject(new DatabaseTimeout(`no answer within ${timeoutMs} ms`)));
     });
     try {
       await Promise.race([opts.probe(), timedOut]);
@@ -48,7 +49,7 @@ export function createDbGate(opts: DbGateOptions) {
       if (available) opts.logger.warn({ err }, "PostgreSQL does not answer: failing calls fast until it does");
       return false;
     } finally {
-      clearTimeout(bound);
+      cancel!();
     }
   }
 

@@ -2,6 +2,7 @@
 // with real work must never look like a dead server, and a probe stuck on a
 // half-dead connection is dropped with its connection, not queued behind.
 import { connectPostgres } from "./postgres-client.js";
+import { onSilence } from "../shared/with-timeout.js";
 import { DatabaseTimeout } from "./db-errors.js";
 
 export function createDbProbe(url: string, timeoutMs = 1_000) {
@@ -14,21 +15,21 @@ export function createDbProbe(url: string, timeoutMs = 1_000) {
   return {
     async probe(): Promise<void> {
       const current = sql;
-      let bound: NodeJS.Timeout | undefined;
+      let cancel: (() => void) | undefined;
       try {
         await Promise.race([
           current`select 1`,
           new Promise((_, reject) => {
-            bound = setTimeout(() => {
+            cancel = onSilence(timeoutMs, () => {
               // A server that does not answer keeps this connection busy: start afresh next time.
               if (sql === current) sql = open();
               void current.end({ timeout: 0 }).catch(() => {});
               reject(new DatabaseTimeout(`PostgreSQL did not answer within ${timeoutMs} ms`));
-            }, timeoutMs);
+            });
           }),
         ]);
       } finally {
-        clearTimeout(bound);
+        cancel!();
       }
     },
     close: () => sql.end({ timeout: 1 }),
