@@ -11,6 +11,7 @@ import { newSecret } from "../services/links/auth.js";
 import { DatabaseTimeout } from "../services/links/db-errors.js";
 import { createDbProbe } from "../services/links/db-probe.js";
 import { createDbGate } from "../services/links/db-gate.js";
+import { createSweeper } from "../services/links/sweeper.js";
 import { pino } from "pino";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
@@ -236,6 +237,35 @@ describe("PostgreSQL unavailable", () => {
       });
       expect(res.status).toBe(200);
     }
+  });
+});
+
+describe("a background loop through an outage", () => {
+  it("logs its first failure, then nothing more each pass, and at info when a pass works again", async () => {
+    // The sweeper had logged an error with its stack every second of an
+    // outage, burying the gate's one line that says what is wrong.
+    const lines: { level: number; msg: string; failedPasses?: number }[] = [];
+    const logger = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const sweeper = createSweeper({ db: stack.db, clock: stack.clock, logger, intervalMs: 50, backlogIntervalMs: 50 });
+    sweeper.start();
+    try {
+      await pg.stop();
+      const failing = performance.now();
+      while (performance.now() - failing < 1_500) await new Promise((resolve) => setTimeout(resolve, 50));
+      await pg.start();
+      const back = performance.now();
+      while (!lines.some((l) => l.msg === "expiry sweep works again") && performance.now() - back < 10_000) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    } finally {
+      await sweeper.close();
+    }
+    expect(lines.map(({ level, msg }) => ({ level, msg }))).toEqual([
+      { level: 50, msg: "expiry sweep failed" },
+      { level: 30, msg: "expiry sweep works again" },
+    ]);
+    expect(lines[1]!.failedPasses, "the outage was a streak of failed passes").toBeGreaterThan(3);
+    await recoversFast();
   });
 });
 

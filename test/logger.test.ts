@@ -9,6 +9,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { inject } from "vitest";
 import { createDb } from "../services/links/db.js";
 import { createLogger } from "../services/shared/logger.js";
+import { passLog } from "../services/shared/pass-log.js";
 
 const handle = createDb(inject("databaseUrl"));
 afterAll(() => handle.close());
@@ -54,5 +55,25 @@ describe("the logger", () => {
     const root = fileURLToPath(new URL("..", import.meta.url));
     const { stdout } = await promisify(execFile)(process.execPath, ["-e", script], { cwd: root, timeout: 10_000 });
     expect(stdout.trim()).toBe("gave up: EPIPE");
+  });
+});
+
+describe("a background loop's failed passes (passLog)", () => {
+  it("logs the first failure of a streak, then once per interval while it lasts, with the count", async () => {
+    const lines: { msg: string; failedPasses: number }[] = [];
+    const logger = createLogger("test", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const pass = passLog(logger, "test pass", 100);
+    for (let i = 0; i < 12; i++) {
+      expect(await pass(Promise.reject(new Error("down")))).toBeUndefined();
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    // Twelve passes over at least 300 ms: the first, then one line per 100 ms.
+    expect(lines.length).toBeGreaterThanOrEqual(3);
+    expect(lines.length).toBeLessThanOrEqual(5);
+    expect(new Set(lines.map((l) => l.msg))).toEqual(new Set(["test pass failed"]));
+    expect(lines[0]!.failedPasses).toBe(1);
+    expect(lines.at(-1)!.failedPasses).toBeGreaterThan(6);
+    expect(await pass(Promise.resolve(7))).toBe(7);
+    expect(lines.at(-1)).toMatchObject({ msg: "test pass works again", failedPasses: 12 });
   });
 });

@@ -22,6 +22,7 @@ import type { Deliverer, Outcome } from "../services/notifier/deliver.js";
 import { createHandler } from "../services/notifier/handle.js";
 import { createMetrics } from "../services/notifier/metrics.js";
 import { DEFAULT_TOPOLOGY } from "../services/shared/jetstream.js";
+import { createLogger, type Logger } from "../services/shared/logger.js";
 
 const SCHEDULE = [1000, 2000, 3000];
 const EVENT_ID = "0b7c1e2a-3d4f-4a5b-8c6d-7e8f9a0b1c2d";
@@ -34,12 +35,15 @@ interface Options {
   /** ConfirmDeadLetter fails (a LinkService older than it answers UNIMPLEMENTED). */
   confirmFails?: boolean;
   recordForMs?: number;
+  /** StartAttempt fails as an unreachable LinkService's does. */
+  startFails?: boolean;
+  logger?: Logger;
 }
 
 function handlerFor(
   start: Omit<MessageInitShape<typeof StartAttemptResponseSchema>, "$typeName">,
   outcome: Outcome,
-  { recordAnswer = {}, publishFailures = 0, recordForMs, confirmFails = false }: Options = {},
+  { recordAnswer = {}, publishFailures = 0, recordForMs, confirmFails = false, startFails = false, logger = pino({ level: "silent" }) }: Options = {},
 ) {
   const deadLetters: { subject: string; data: Uint8Array; headers: MsgHdrs }[] = [];
   const recorded: RecordAttemptRequest[] = [];
@@ -65,15 +69,17 @@ function handlerFor(
     },
   } as unknown as Deliverer;
   const deliveries = {
-    startAttempt: async () =>
-      create(StartAttemptResponseSchema, {
+    startAttempt: async () => {
+      if (startFails) throw new Error("connect ECONNREFUSED 127.0.0.1:5051");
+      return create(StartAttemptResponseSchema, {
         action: StartAttemptAction.DELIVER,
         webhookUrl: "http://receiver.test/hook",
         apiKey: "from-the-link-service",
         transactionId: "txn-1",
         leaseToken: "lease",
         ...start,
-      }),
+      });
+    },
     recordAttempt: async (req: RecordAttemptRequest) => {
       steps.push("recorded");
       recorded.push(req);
@@ -92,7 +98,7 @@ function handlerFor(
     topology: DEFAULT_TOPOLOGY,
     retrySchedule: SCHEDULE,
     metrics: createMetrics(),
-    logger: pino({ level: "silent" }),
+    logger,
     random: () => 0.5,
     recordForMs,
     ensureDeadLetterStream: async () => void steps.push("stream ensured"),
@@ -100,7 +106,7 @@ function handlerFor(
   return { handle, deadLetters, recorded, delivered, steps };
 }
 
-function message(old = false, redeliveryCount = 0) {
+function message(old = false, redeliveryCount = 0, headers: Record<string, string> = {}) {
   const event = create(EventSchema, {
     id: EVENT_ID,
     occurredAt: timestampFromDate(new Date()),
@@ -121,6 +127,7 @@ function message(old = false, redeliveryCount = 0) {
     subject: "paylink.events.payment.completed",
     seq: 1,
     info: { deliveryCount: redeliveryCount + 1, redeliveryCount },
+    headers: { get: (name: string) => headers[name] ?? "" },
     ack: () => (seen.acked = true),
     nak: (delay?: number) => (seen.nakDelay = delay),
     working: () => {},
@@ -129,6 +136,21 @@ function message(old = false, redeliveryCount = 0) {
 }
 
 const failed: Outcome = { kind: "failed", status: 503, error: "HTTP 503", category: "HTTP 503" };
+
+describe("the LinkService unreachable", () => {
+  it("logs the failure in the event's trace with the event's and link's ids, and the copy comes back in 5 s", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { handle } = handlerFor({}, failed, { startFails: true, logger });
+    const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const { msg, seen } = message(false, 0, { traceparent: `00-${traceId}-00f067aa0ba902b7-01`, "X-Request-Id": "pay-1" });
+    await handle(msg);
+    expect(seen).toEqual({ acked: false, nakDelay: 5000 });
+    expect(lines).toMatchObject([
+      { level: 50, msg: "event handling failed; retrying later", requestId: "pay-1", traceId, eventId: EVENT_ID, linkId: "lnk-1" },
+    ]);
+  });
+});
 
 describe("a failed attempt", () => {
   it.each([

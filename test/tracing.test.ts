@@ -2,6 +2,7 @@
 // pay request reach the LinkService, the outbox event's NATS headers and the
 // notifier's log line for the webhook attempt; every log line on the way
 // that names the request also names its trace.
+import { sql } from "drizzle-orm";
 import { connect } from "nats";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { createRelay } from "../services/links/relay.js";
@@ -97,4 +98,21 @@ it("follows one payment from the pay request to the webhook's log line by its re
   expect(again.header.get("traceparent")).toMatch(new RegExp(`^00-${redeliverTrace}-[0-9a-f]{16}-01$`));
   await waitFor(() => lines.filter((l) => l.msg === "webhook attempt").length === 2, 10_000);
   expect(lines.filter((l) => l.msg === "webhook attempt")[1]).toMatchObject({ requestId: redeliverId, traceId: redeliverTrace, outcome: "delivered" });
+});
+
+it("names the request on the LinkService's line for an unexpected error in a batched create", async () => {
+  // A constraint no release has: every create fails as an unexpected error would.
+  await stack.db.execute(sql`ALTER TABLE links ADD CONSTRAINT trace_test_refuses CHECK (client_id <> 'client-a') NOT VALID`);
+  const traceId = "5bf92f3577b34da6a3ce929d0e0e4737";
+  try {
+    const created = await api(stack, "POST", "/v1/links", {
+      body: validLink(),
+      headers: { "x-request-id": "create-broken-1", traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+    });
+    expect(created.status).toBe(500);
+  } finally {
+    await stack.db.execute(sql`ALTER TABLE links DROP CONSTRAINT trace_test_refuses`);
+  }
+  const line = lines.find((l) => l.msg === "unexpected error" && l.procedure === "BatchCreateLinks");
+  expect(line).toMatchObject({ level: 50, requestId: "create-broken-1", traceId });
 });

@@ -7,6 +7,7 @@
 // stay held for a link they did not get.
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
+import { passLog } from "../shared/pass-log.js";
 import type { Db, Executor } from "./db.js";
 import type { PaymentProcessor } from "./processor.js";
 import { withTimeout } from "../shared/with-timeout.js";
@@ -59,6 +60,8 @@ export function createCaptureRetrier(opts: {
   processorTimeoutMs?: number;
 }) {
   const { db, processor, clock, logger } = opts;
+  const retryPass = passLog(logger, "capture retry pass");
+  const releasePass = passLog(logger, "hold release pass");
   const timeoutMs = opts.processorTimeoutMs ?? PROCESSOR_TIMEOUT_MS;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<unknown> | undefined;
@@ -128,8 +131,8 @@ export function createCaptureRetrier(opts: {
   function pass() {
     // Side by side: a processor that hangs on one kind holds up neither.
     running = Promise.all([
-      retry().catch((err: unknown) => logger.error({ err }, "capture retry pass failed")),
-      release().catch((err: unknown) => logger.error({ err }, "hold release pass failed")),
+      retryPass(retry()),
+      releasePass(release()),
     ]).finally(schedule);
   }
 

@@ -18,6 +18,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
+import { passLog } from "../shared/pass-log.js";
 import type { Db } from "./db.js";
 import { newDelivery, republish } from "./deliveries.js";
 import { claimLegacyPaymentEvents, replacePayload, setAside } from "./outbox.js";
@@ -38,6 +39,8 @@ const MAX_DOUBLINGS = 5;
 
 export function createReconciler(opts: ReconcilerOptions) {
   const { db, clock, logger } = opts;
+  const adoptPass = passLog(logger, "adopting earlier payment events");
+  const reconcilePass = passLog(logger, "webhook reconciliation");
   const intervalMs = opts.intervalMs ?? Math.min(30_000, Math.max(100, opts.afterMs / 4));
   const batchSize = opts.batchSize ?? 500;
   let timer: NodeJS.Timeout | undefined;
@@ -125,10 +128,8 @@ export function createReconciler(opts: ReconcilerOptions) {
       // wrote during a rolling deploy, after this copy started. Adoption
       // failing must not stop reconciliation: events the broker lost would
       // never be published again.
-      running = adoptLegacy()
-        .catch((err: unknown) => logger.error({ err }, "adopting earlier payment events failed"))
-        .then(reconcile)
-        .catch((err: unknown) => logger.error({ err }, "webhook reconciliation failed"))
+      running = adoptPass(adoptLegacy())
+        .then(() => reconcilePass(reconcile()))
         .finally(schedule);
     }, intervalMs);
   }
@@ -137,9 +138,8 @@ export function createReconciler(opts: ReconcilerOptions) {
     reconcile,
     adoptLegacy,
     start() {
-      running = adoptLegacy()
-        .then((n) => n > 0 && logger.info({ events: n }, "adopted payment events from before the delivery log"))
-        .catch((err: unknown) => logger.error({ err }, "adopting earlier payment events failed"))
+      running = adoptPass(adoptLegacy())
+        .then((n) => n && logger.info({ events: n }, "adopted payment events from before the delivery log"))
         .finally(schedule);
     },
     async close() {

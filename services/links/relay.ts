@@ -10,6 +10,7 @@ import { headers as natsHeaders, type JetStreamClient, type MsgHdrs, type NatsCo
 import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology, watchConnection } from "../shared/jetstream.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
+import { passLog } from "../shared/pass-log.js";
 import type { Db } from "./db.js";
 import { claimUnpublished, deletePublishedBefore, markPublished, setAside, SUBJECT_PREFIX, traceHeadersOf } from "./outbox.js";
 
@@ -47,6 +48,8 @@ const CLEANUP_BATCH = 1000;
 
 export function createRelay(opts: RelayOptions): Relay {
   const { db, clock, logger } = opts;
+  const relayPass = passLog(logger, "outbox relay pass");
+  const cleanupPass = passLog(logger, "outbox cleanup");
   const pollIntervalMs = opts.pollIntervalMs ?? 1000;
   const retentionMs = opts.retentionMs ?? 86_400_000;
   const cleanupIntervalMs = opts.cleanupIntervalMs ?? 60_000;
@@ -142,7 +145,7 @@ export function createRelay(opts: RelayOptions): Relay {
     pumping = (async () => {
       do {
         again = false;
-        await pump().catch((err: unknown) => logger.error({ err }, "outbox relay pass failed"));
+        await relayPass(pump());
       } while (again && !closed);
       pumping = undefined;
     })();
@@ -162,9 +165,8 @@ export function createRelay(opts: RelayOptions): Relay {
     kick();
     if (!cleaning && Date.now() - lastCleanup >= cleanupIntervalMs) {
       lastCleanup = Date.now();
-      cleaning = cleanup()
-        .then((n) => n > 0 && logger.debug({ deleted: n }, "deleted published outbox rows"))
-        .catch((err: unknown) => logger.error({ err }, "outbox cleanup failed"))
+      cleaning = cleanupPass(cleanup())
+        .then((n) => n && logger.debug({ deleted: n }, "deleted published outbox rows"))
         .finally(() => (cleaning = undefined));
     }
   }

@@ -129,12 +129,13 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     if (items.length > MAX_BATCH_ITEMS) throw invalid(`items must hold at most ${MAX_BATCH_ITEMS} items`);
     return Promise.all(
       items.map((item) =>
-        // Each item in its own request's trace, as its own call would run.
+        // Each item in its own request's trace, as its own call would run: its
+        // error too, so that the line logging an unexpected one names the request.
         runWithTrace(traceFrom(item.traceparent, item.requestId), () =>
-          deps.authenticator.authenticate(item.clientId, item.authorization || null).then((clientId) => one(clientId, item)),
-        ).then(
-          (value) => ({ result: { case: "response" as const, value } }),
-          (err: unknown) => ({ result: { case: "error" as const, value: statusFromError(toRpcError(err, deps.logger, procedure)) } }),
+          deps.authenticator.authenticate(item.clientId, item.authorization || null).then((clientId) => one(clientId, item)).then(
+            (value) => ({ result: { case: "response" as const, value } }),
+            (err: unknown) => ({ result: { case: "error" as const, value: statusFromError(toRpcError(err, deps.logger, procedure)) } }),
+          ),
         ),
       ),
     );

@@ -13,6 +13,7 @@
 // more is due, the sweeper looks once a second, as an idle service needs.
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
+import { passLog } from "../shared/pass-log.js";
 import type { Db } from "./db.js";
 import { deleteOldFailures } from "./attempts.js";
 import { deleteExpiredKeys } from "./idempotency.js";
@@ -40,6 +41,7 @@ export interface SweeperOptions {
 
 export function createSweeper(opts: SweeperOptions) {
   const { db, clock, logger } = opts;
+  const sweepPass = passLog(logger, "expiry sweep");
   const batchSize = opts.batchSize ?? 250;
   const intervalMs = opts.intervalMs ?? 1000;
   const backlogIntervalMs = opts.backlogIntervalMs ?? 250;
@@ -96,14 +98,11 @@ export function createSweeper(opts: SweeperOptions) {
       // Pacing, not business time: the process's clock, not the injected one.
       const cleanUp = performance.now() - cleanedAt >= cleanupIntervalMs;
       if (cleanUp) cleanedAt = performance.now();
-      running = sweep(batchesPerRun, cleanUp)
+      running = sweepPass(sweep(batchesPerRun, cleanUp))
         .then((n) => {
+          if (n === undefined) return intervalMs;
           if (n > 0) logger.debug({ expired: n }, "swept expired links");
           return n >= batchSize * batchesPerRun ? backlogIntervalMs : intervalMs;
-        })
-        .catch((err: unknown) => {
-          logger.error({ err }, "expiry sweep failed");
-          return intervalMs;
         })
         .then(schedule);
     }, delayMs);

@@ -66,6 +66,18 @@ const DEAD_LETTER_AGAIN_MAX_MS = 3_600_000;
 const JITTER = 0.1;
 const HEADER_MAX = 1024;
 
+const succeeded = () => true;
+
+/** What an operator looks the event up by, when its payload can be read (decoded again: only on failure). */
+function idsOf(msg: JsMsg): { eventId?: string; linkId?: string } {
+  try {
+    const event = fromBinary(EventSchema, msg.data);
+    return { eventId: event.id, linkId: event.linkId };
+  } catch {
+    return {};
+  }
+}
+
 export function createHandler(deps: HandlerDeps) {
   const { js, deliverer, deliveries, topology, retrySchedule, metrics, logger } = deps;
   const random = deps.random ?? Math.random;
@@ -170,22 +182,30 @@ export function createHandler(deps: HandlerDeps) {
     msg.nak(Math.round(wait * (1 - JITTER + 2 * JITTER * random())));
   }
 
-  /** Each event is handled in its request's trace (NATS headers X-Request-Id, traceparent): its log lines carry them. */
-  return function handle(msg: JsMsg): Promise<void> {
+  /**
+   * Each event is handled in its request's trace (NATS headers X-Request-Id,
+   * traceparent): its log lines carry them, the line saying it failed too.
+   * Never rejects: a failure is logged and the copy comes back in 5 s.
+   */
+  return async function handle(msg: JsMsg): Promise<void> {
+    const attempt = () => handleEvent(msg).then(succeeded, (err: unknown) => failed(msg, err));
     const traceparent = msg.headers?.get("traceparent");
-    if (!traceparent) return handleEvent(msg);
+    if (!traceparent) {
+      await attempt();
+      return;
+    }
     const trace = traceFrom(traceparent, msg.headers?.get("X-Request-Id"));
     const span = startSpan("webhook attempt", trace, "consumer");
-    if (!span) return runWithTrace(trace, () => handleEvent(msg));
-    trace.spanId = span.spanId;
-    return runWithTrace(trace, () => handleEvent(msg)).then(
-      () => span.end({ "messaging.message.id": msg.seq }),
-      (err: unknown) => {
-        span.end({ "messaging.message.id": msg.seq }, true);
-        throw err;
-      },
-    );
+    if (span) trace.spanId = span.spanId;
+    const ok = await runWithTrace(trace, attempt);
+    span?.end({ "messaging.message.id": msg.seq }, !ok);
   };
+
+  function failed(msg: JsMsg, err: unknown): false {
+    logger[deps.stopping?.() ? "warn" : "error"]({ err, seq: msg.seq, ...idsOf(msg) }, "event handling failed; retrying later");
+    msg.nak(5000);
+    return false;
+  }
 
   async function handleEvent(msg: JsMsg): Promise<void> {
     let event: Event;

@@ -188,12 +188,7 @@ export async function startNotifier(opts: NotifierOptions) {
     // In-progress acks while the attempt runs, so a slow receiver never
     // makes JetStream hand the event to another copy meanwhile.
     const beat = setInterval(() => msg.working(), WORKING_EVERY_MS);
-    const task = handle(msg)
-      .catch((err: unknown) => {
-        logger[stopping ? "warn" : "error"]({ err, seq: msg.seq }, "event handling failed; retrying later");
-        msg.nak(5000);
-      })
-      .finally(() => clearInterval(beat));
+    const task = handle(msg).finally(() => clearInterval(beat));
     inflight.add(task);
     void task.finally(() => inflight.delete(task));
   }
