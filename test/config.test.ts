@@ -3,6 +3,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import net from "node:net";
 import Fastify from "fastify";
+import postgres from "postgres";
 import { describe, expect, inject, it } from "vitest";
 import { natsHostPort } from "../services/dev/nats-server.js";
 import { createDb, migrateDb } from "../services/links/db.js";
@@ -286,6 +287,31 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
     const run = runEntry("services/links/main.ts", { DATABASE_URL: url.toString() });
     expectOneLine(run, `links: start-up failed: the database DATABASE_URL names (${url.hostname}:${url.port}${url.pathname}) cannot be used: ${reason}`);
     expect(run.stderr + run.stdout).not.toContain("hunter2-secret");
+  });
+
+  it("start:links with a role that may not create what the schema needs: one line naming PostgreSQL's refusal", async () => {
+    const admin = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
+    const suffix = `${process.pid}_${Date.now()}`;
+    const role = `paylink_test_ro_${suffix}`;
+    const database = `paylink_test_perm_${suffix}`;
+    await admin.unsafe(`CREATE ROLE ${role} LOGIN`);
+    await admin.unsafe(`CREATE DATABASE ${database}`);
+    await admin.unsafe(`REVOKE CREATE ON DATABASE ${database} FROM PUBLIC`);
+    try {
+      const url = new URL(inject("databaseUrl"));
+      url.username = role;
+      url.pathname = `/${database}`;
+      const run = runEntry("services/links/main.ts", { DATABASE_URL: url.toString() });
+      expectOneLine(
+        run,
+        `links: start-up failed: the database DATABASE_URL names (${url.hostname}:${url.port}/${database}) cannot be used: ` +
+          `migrating it failed: permission denied for database ${database} (at: CREATE SCHEMA IF NOT EXISTS "drizzle")`,
+      );
+    } finally {
+      await admin.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+      await admin.unsafe(`DROP ROLE IF EXISTS ${role}`);
+      await admin.end();
+    }
   });
 
   it("start:links with a port that takes connections and never speaks PostgreSQL: gives up within seconds, not never", async () => {

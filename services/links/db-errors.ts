@@ -65,12 +65,31 @@ export class FirstConnectionFailed extends Error {
   }
 }
 
+/**
+ * A migration PostgreSQL refused: a role without the privileges to create
+ * what the schema needs (42501), or a table of someone else's in the way.
+ * Named by PostgreSQL's own message and the statement it refused; Drizzle's
+ * wrapper repeats the whole statement with a stack.
+ */
+export class MigrationFailed extends Error {
+  constructor(cause: unknown) {
+    let innermost: unknown = cause;
+    for (let depth = 0; (innermost as { cause?: unknown })?.cause && depth < 5; depth++) innermost = (innermost as { cause: unknown }).cause;
+    const statement = String((cause as { query?: unknown }).query ?? "").trim().split("\n")[0]!.slice(0, 100);
+    super(`migrating it failed: ${(innermost as Error)?.message ?? String(innermost)}${statement && ` (at: ${statement})`}`, { cause });
+  }
+}
+
 /** For start-up's catch: a database that cannot be reached or used becomes a StartupError naming DATABASE_URL. */
 export const nameDatabaseFailure =
   (url: string) =>
   (err: unknown): never => {
     const code = (err as { code?: unknown }).code;
-    const named = err instanceof FirstConnectionFailed || isDatabaseUnavailable(err) || (typeof code === "string" && SETTING_SQLSTATE.test(code));
+    const named =
+      err instanceof FirstConnectionFailed ||
+      err instanceof MigrationFailed ||
+      isDatabaseUnavailable(err) ||
+      (typeof code === "string" && SETTING_SQLSTATE.test(code));
     if (!named) throw err;
     // Where, never who: the URL may hold a password.
     throw new StartupError(`the database DATABASE_URL names (${databaseWhere(url)}) cannot be used: ${(err as Error).message}`, { cause: err });

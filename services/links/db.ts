@@ -4,7 +4,7 @@ import { migrate } from "drizzle-orm/postgres-js/migrator";
 import type postgres from "postgres";
 import { createDbProbe } from "./db-probe.js";
 import { connectPostgres } from "./postgres-client.js";
-import { FirstConnectionFailed } from "./db-errors.js";
+import { FirstConnectionFailed, isDatabaseUnavailable, MigrationFailed } from "./db-errors.js";
 import { withTimeout } from "../shared/with-timeout.js";
 import * as schema from "./schema.js";
 
@@ -59,7 +59,10 @@ export async function migrateDb(url: string): Promise<void> {
   const client = await firstConnection(url);
   try {
     await client`select pg_advisory_lock(${MIGRATION_LOCK.toString()}::bigint)`;
-    await migrate(drizzle(client), { migrationsFolder: MIGRATIONS });
+    await migrate(drizzle(client), { migrationsFolder: MIGRATIONS }).catch((err: unknown) => {
+      // Lost on the way, it is the outage it is; refused, the database must change.
+      throw isDatabaseUnavailable(err) ? err : new MigrationFailed(err);
+    });
   } finally {
     await client.end({ timeout: 5 });
   }
