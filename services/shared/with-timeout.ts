@@ -1,15 +1,15 @@
 // Waiting on another process, bounded.
 
 /**
- * Calls `onSilence` once `ms` have passed with no answer, and gives back what
+ * Calls `silent` once `ms` have passed with no answer, and gives back what
  * cancels it. The timer's callback waits one more turn of the event loop: a
  * timer that fell due while the loop was blocked (a long GC, a starved CPU)
  * runs before the loop reads its sockets, so an answer that arrived in time
  * would lose to it. After that turn, what is unanswered was not answered.
  */
-export function onSilence(ms: number, onSilence: () => void): () => void {
+export function onSilence(ms: number, silent: () => void): () => void {
   let turn: NodeJS.Immediate | undefined;
-  const timer = setTimeout(() => (turn = setImmediate(onSilence)), ms);
+  const timer = setTimeout(() => (turn = setImmediate(silent)), ms);
   return () => {
     clearTimeout(timer);
     clearImmediate(turn);
