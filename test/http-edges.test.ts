@@ -26,6 +26,20 @@ afterAll(() => stack?.close());
 
 const outcome = (res: Awaited<ReturnType<typeof api>>) => ({ status: res.status, body: res.body });
 
+/**
+ * The checkout page a failed GET answers. The usual customer there is one
+ * whose pay answer was lost and who reloads: the link may be paid already,
+ * so the page must not say nothing was charged.
+ */
+async function expectCheckoutFailurePage(gatewayUrl: string, status: number) {
+  const res = await fetch(`${gatewayUrl}/link/${linkId}`);
+  const html = await res.text();
+  expect(res.status).toBe(status);
+  expect(res.headers.get("content-type")).toBe("text/html; charset=utf-8");
+  expect(html).toContain("If you already paid, your payment is safe. Reload this page in a minute to see it.");
+  expect(html).not.toMatch(/charged/i);
+}
+
 describe("routes", () => {
   it.each([
     ["GET", "/"],
@@ -236,7 +250,7 @@ describe("when the LinkService is down", () => {
     await pair?.closeDb();
   });
 
-  it("/readyz turns 503 and /healthz stays 200; the API answers 503 without internals", async () => {
+  it("/readyz turns 503 and /healthz stays 200; the API answers 503 without internals, the checkout its HTML 503 page", async () => {
     expect((await api(pair, "GET", "/readyz")).status).toBe(200);
     expect((await api(pair, "POST", "/v1/links", { body: validLink() })).status).toBe(201);
     await pair.links.close();
@@ -255,6 +269,7 @@ describe("when the LinkService is down", () => {
       expect(res.headers.get("content-type")).toBe(JSON_TYPE);
       expect(res.headers.get("x-request-id")).toMatch(UUID);
     }
+    await expectCheckoutFailurePage(pair.gatewayUrl, 503);
   });
 
   it("a gateway pointed at a port where nothing listens is not ready", async () => {
@@ -296,6 +311,10 @@ describe("when the LinkService fails inside (its database does not exist)", () =
     expect(res.text).toBe('{"error":"Internal server error"}');
     expect(res.headers.get("content-type")).toBe(JSON_TYPE);
     expect(res.headers.get("x-request-id")).toMatch(UUID);
+  });
+
+  it("the checkout page answers its HTML 500 page", async () => {
+    await expectCheckoutFailurePage(pair.gatewayUrl, 500);
   });
 
   it("/readyz is 503: the LinkService is up but cannot reach Postgres", async () => {

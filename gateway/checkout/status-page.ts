@@ -28,16 +28,19 @@ const OUTCOMES: Record<number, Outcome> = {
   },
   503: {
     title: "Checkout is temporarily unavailable",
-    message: "We could not load this payment right now. Nothing was charged. Please try again in a few minutes.",
+    message: "We could not load this payment right now. If you already paid, your payment is safe. Reload this page in a minute to see it.",
     icon: "warn",
     mark: "!",
   },
 };
 
+// The 503 and the fallback never say nothing was charged: a GET cannot know,
+// and the customer who meets them is often one whose pay answer was lost
+// and who reloads, so the link may well be paid already.
 export function statusPage(status: number, opts: { data?: LinkData; testMode: boolean }): string {
   const outcome = OUTCOMES[status] ?? {
     title: "Something went wrong",
-    message: "We could not load this payment. Nothing was charged. Please try again later.",
+    message: "We could not load this payment. If you already paid, your payment is safe. Reload this page in a minute to see it.",
     icon: "warn",
     mark: "!",
   };
