@@ -97,6 +97,20 @@ async function holdPay(page: Page) {
 
 const activeId = (page: Page) => page.evaluate(() => document.activeElement?.id || document.activeElement?.tagName);
 
+/** WCAG 2.2's contrast ratio of two opaque colours as getComputedStyle gives them, "rgb(r, g, b)". */
+function contrast(a: string, b: string) {
+  const luminance = (color: string) => {
+    expect(color).toMatch(/^rgb\(/); // rgba: a colour seen through, whose ratio depends on what is under it
+    const [r, g, bl] = color.match(/[\d.]+/g)!.map((v) => {
+      const c = Number(v) / 255;
+      return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r! + 0.7152 * g! + 0.0722 * bl!;
+  };
+  const [light, dark] = [luminance(a), luminance(b)].sort((x, y) => y - x);
+  return (light! + 0.05) / (dark! + 0.05);
+}
+
 const shot = (page: Page, name: string) => page.screenshot({ path: `${ARTIFACTS}/checkout-${name}.png`, fullPage: true });
 const yy = String(new Date().getFullYear() + 2).slice(-2);
 
@@ -472,6 +486,51 @@ it("makes the cancel link inert while paying, and gives it back when the attempt
   expect(await cancel.getAttribute("aria-disabled")).toBeNull();
   expect(await cancel.getAttribute("tabindex")).toBeNull();
   await Promise.all([page.waitForURL(`${merchantUrl}/cart`), cancel.click()]);
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("draws the keyboard focus as a solid outline at 3:1 or more, and keeps it in forced-colors mode", async () => {
+  const link = await createLink({ description: "Order #2009", cancel_url: `${merchantUrl}/cart` });
+  const { page, problems, close } = await newPage();
+  await page.goto(link.url);
+  const panel = await page.locator("#pay-form").evaluate((el) => getComputedStyle(el.closest(".panel")!).backgroundColor);
+  // What shows the focus on the element the keyboard is on: the radio itself is invisible, its label shows it.
+  const focusRing = () =>
+    page.evaluate(() => {
+      const focused = document.activeElement!;
+      const shown = focused.matches(".method input") ? focused.nextElementSibling! : focused;
+      const style = getComputedStyle(shown);
+      return { id: focused.id, style: style.outlineStyle, width: parseFloat(style.outlineWidth), color: style.outlineColor };
+    });
+  const expectRing = async (id: string) => {
+    const ring = await focusRing();
+    expect(ring.id).toBe(id);
+    expect(ring.style, id).toBe("solid");
+    expect(ring.width, id).toBeGreaterThanOrEqual(2);
+    expect(contrast(ring.color, panel), id).toBeGreaterThanOrEqual(3);
+  };
+  // By keyboard, as :focus-visible matches then: the method choice, a text field, Pay and Cancel.
+  await page.keyboard.press("Tab");
+  await expectRing("method-card");
+  await page.keyboard.press("Tab");
+  await expectRing("card-number");
+  await page.getByLabel("Name on card").focus();
+  await page.keyboard.press("Tab");
+  await expectRing("pay-button");
+  await page.keyboard.press("Tab");
+  await expectRing("cancel-link");
+  await shot(page, "focus-cancel");
+
+  // Forced colours drop box-shadows and replace colours: an outline must still be there.
+  await page.emulateMedia({ forcedColors: "active" });
+  for (const id of ["card-number", "pay-button", "cancel-link"]) {
+    await page.locator(`#${id}`).focus();
+    const ring = await focusRing();
+    expect(ring.id).toBe(id);
+    expect(ring.style, id).not.toBe("none");
+    expect(ring.width, id).toBeGreaterThanOrEqual(2);
+  }
   expect(problems).toEqual([]);
   await close();
 });
