@@ -534,3 +534,16 @@ it("draws the keyboard focus as a solid outline at 3:1 or more, and keeps it in 
   expect(problems).toEqual([]);
   await close();
 });
+
+it("draws the edge of a text field and of a payment method not chosen at 3:1 or more", async () => {
+  const link = await createLink({ description: "Order #2011" });
+  const { page, close } = await newPage();
+  await page.goto(link.url);
+  const panel = await page.locator("#pay-form").evaluate((el) => getComputedStyle(el.closest(".panel")!).backgroundColor);
+  // Fields never focused: their edge as it rests.
+  for (const selector of ["#card-number", "label[for=method-bank_transfer]"]) {
+    const border = await page.locator(selector).evaluate((el) => getComputedStyle(el).borderTopColor);
+    expect(contrast(border, panel), selector).toBeGreaterThanOrEqual(3);
+  }
+  await close();
+});
