@@ -547,3 +547,27 @@ it("draws the edge of a text field and of a payment method not chosen at 3:1 or 
   }
   await close();
 });
+
+it("marks the card number invalid after a decline and names the decline in its error, as a field a 400 refuses", async () => {
+  const link = await createLink({ description: "Order #2010", allowed_payment_methods: ["card"] });
+  const { page, problems, close } = await newPage();
+  await page.goto(link.url);
+  const number = page.getByLabel("Card number");
+  await number.fill("4000 0000 0000 0002");
+  await page.getByLabel("Expiry date").fill(`12/${yy}`);
+  await page.getByLabel("Security code (CVC)").fill("123");
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await expect.poll(() => page.locator("#status").innerText(), { timeout: 10_000 }).toBe("Card was declined. Try again with another card or payment method.");
+  expect(await activeId(page)).toBe("card-number");
+  expect(await number.getAttribute("aria-invalid")).toBe("true");
+  const described = await number.getAttribute("aria-describedby");
+  expect(await page.locator(`#${described}`).innerText()).toBe("Card was declined.");
+
+  // Another card: the next attempt's own checks clear the mark, and it pays.
+  await number.fill("4242 4242 4242 4242");
+  await page.keyboard.press("Enter");
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
+  expect(await number.getAttribute("aria-invalid")).toBe("false");
+  expect(problems).toEqual([]);
+  await close();
+});

@@ -256,7 +256,11 @@
         unsettled = null;
         if (res.ok) return succeed(data);
         if (res.status === 402) {
-          finish(message + ". Try again with another card or payment method.", number && !number.disabled ? number : null);
+          // Marked at the field, as a refused number is, so its description
+          // says why when the focus lands there; the next check clears it.
+          var declined = number && !number.disabled ? number : null;
+          if (declined) setError(declined, message + ".");
+          finish(message + ". Try again with another card or payment method.", declined);
         } else if (res.status === 404 || res.status === 409 || res.status === 410) {
           // The link can no longer be paid: retrying cannot help.
           retire();
