@@ -9,8 +9,16 @@ export function createDbProbe(url: string, timeoutMs = 1_000) {
   // No back-off between connects: the gate already paces its probes, and the
   // driver's default (growing to 20 s) made a probe during an outage wait out
   // its own timeout, so the gate opened up to a second after the server was back.
+  // No array types to fetch either: `select 1` needs none, and that query made
+  // a new connection's first probe two round trips inside its one second.
   const open = () =>
-    connectPostgres(url, { max: 1, connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)), backoff: () => 0, onnotice: () => {} });
+    connectPostgres(url, {
+      max: 1,
+      connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)),
+      backoff: () => 0,
+      fetch_types: false,
+      onnotice: () => {},
+    });
   let sql = open();
   return {
     async probe(): Promise<void> {
