@@ -3,11 +3,14 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import http2 from "node:http2";
 import net from "node:net";
+import { gunzipSync } from "node:zlib";
 import { Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { Health } from "../proto/gen/grpc/health/v1/health_pb.js";
 import { LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createSweeper } from "../services/links/sweeper.js";
+import { grpcFrame } from "./support/grpc-frame.js";
 import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 import { createTestDatabase, silent, startDeliveryStack, usePrivateNatsAndDatabase } from "./support/webhooks.js";
@@ -23,6 +26,21 @@ const scrape = async (url: string) => {
 function sample(text: string, series: string): number | undefined {
   const line = text.split("\n").find((l) => l.startsWith(`${series} `));
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+/** How much each `method code` count of paylink_rpc_server_duration_seconds grew while `run` ran. */
+async function rpcCountsDuring(metricsUrl: string, run: () => Promise<unknown>): Promise<Record<string, number>> {
+  const counts = (text: string) =>
+    new Map(
+      [...text.matchAll(/^paylink_rpc_server_duration_seconds_count\{rpc_service="[^"]+",rpc_method="([^"]+)",rpc_code="([^"]+)"\} (\d+)$/gm)].map(
+        (m) => [`${m[1]} ${m[2]}`, Number(m[3])] as const,
+      ),
+    );
+  const before = counts(await scrape(metricsUrl));
+  await run();
+  const grown: Record<string, number> = {};
+  for (const [series, n] of counts(await scrape(metricsUrl))) if (n !== (before.get(series) ?? 0)) grown[series] = n - (before.get(series) ?? 0);
+  return grown;
 }
 
 describe("gateway and LinkService metrics", () => {
@@ -118,6 +136,54 @@ describe("gateway and LinkService metrics", () => {
       sample(links, `paylink_rpc_server_duration_seconds_count{rpc_service="paylink.v1.LinkService",rpc_method="${method}",rpc_code="${code}"}`);
     expect(rpc("GetLink", "not_found")).toBe(1);
     expect(rpc("CreateLink", "invalid_argument")).toBe(1);
+  });
+
+  it("counts a request that does not decode by the code its caller received, on every protocol", async () => {
+    const garbage = Buffer.from([0xff, 0xff, 0xff]);
+    const notJson = Buffer.from("not json");
+    const json = { "content-type": "application/json" };
+    // A method each, so that each count names its request.
+    const cases: [path: string, headers: Record<string, string>, body: Buffer, code: string][] = [
+      ["/paylink.v1.LinkService/GetLink", json, notJson, "invalid_argument"],
+      ["/paylink.v1.LinkService/CompletePayment", json, Buffer.from('{"bogus":1}'), "invalid_argument"],
+      // Over 1 KiB (the key is in its message): compressed, for a caller that takes gzip.
+      ["/paylink.v1.LinkService/ExpireLink", { ...json, "accept-encoding": "gzip" }, Buffer.from(`{"${"k".repeat(2000)}":1}`), "invalid_argument"],
+      ["/paylink.v1.LinkService/GetCheckout", { "content-type": "application/proto" }, garbage, "internal"],
+      ["/paylink.v1.LinkService/ListLinks", { "content-type": "application/grpc-web+proto" }, grpcFrame(garbage), "internal"],
+      ["/paylink.v1.LinkService/GetPayment", { "content-type": "application/grpc-web+json" }, grpcFrame(notJson), "invalid_argument"],
+      ["/paylink.v1.LinkService/ListLinkEvents", { "content-type": "application/grpc+json", te: "trailers" }, grpcFrame(notJson), "invalid_argument"],
+      ["/paylink.internal.v1.LinkBatchService/Batches", { "content-type": "application/connect+json" }, grpcFrame(notJson), "invalid_argument"],
+    ];
+    const session = http2.connect(stack.linksUrl);
+    /** The code its caller reads: grpc-status (trailer, header or gRPC-Web's trailer frame), else a Connect error's JSON (body or a stream's end message). */
+    const received = (path: string, headers: Record<string, string>, body: Buffer) =>
+      new Promise<string>((resolve, reject) => {
+        const req = session.request({ ":method": "POST", ":path": path, "client-id": "client-a", ...headers });
+        let head: http2.IncomingHttpHeaders = {};
+        let status: unknown;
+        const chunks: Buffer[] = [];
+        req.on("response", (h) => (head = h)).on("trailers", (t) => (status = t["grpc-status"]));
+        req.on("data", (c: Buffer) => chunks.push(c)).on("error", reject);
+        req.on("end", () => {
+          const data = head["content-encoding"] === "gzip" ? gunzipSync(Buffer.concat(chunks)) : Buffer.concat(chunks);
+          const text = data.toString("latin1");
+          status ??= head["grpc-status"] ?? /grpc-status: (\d+)/.exec(text)?.[1];
+          if (status !== undefined) return resolve(Number(status) === 0 ? "ok" : codeToString(Number(status)));
+          const error = JSON.parse(text.startsWith("{") ? text : text.slice(5));
+          resolve(error.code ?? error.error.code);
+        });
+        req.end(body);
+      });
+    const codes: string[] = [];
+    try {
+      const grown = await rpcCountsDuring(stack.linksMetricsUrl, async () => {
+        for (const [path, headers, body] of cases) codes.push(await received(path, headers, body));
+      });
+      expect(codes).toEqual(cases.map((c) => c[3]));
+      expect(grown).toEqual(Object.fromEntries(cases.map(([path, , , code]) => [`${path.split("/")[2]} ${code}`, 1])));
+    } finally {
+      session.close();
+    }
   });
 
   it("counts a path that names no method as unknown: a caller cannot mint label values", async () => {

@@ -4,10 +4,11 @@
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { DescService } from "@bufbuild/protobuf";
 import { type Code, ConnectError, type ContextValues, createContextKey, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
-import { codeFromHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
 import type { LinkService } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { answerCode, OK } from "./answer-code.js";
 import type { Clock } from "../shared/clock.js";
 import { createRegistry, DURATION_BUCKETS, natsConnectedGauge } from "../shared/metrics.js";
 import type { Db } from "./db.js";
@@ -149,10 +150,20 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
           if (status !== undefined) trailerStatus = String(status);
           addTrailers(trailers);
         };
+        // gRPC-Web and the Connect protocol end their answers with their code
+        // (answer-code.ts); plain gRPC, the fast path's, has it in trailers.
+        let last: Uint8Array | undefined;
+        if (!isGrpcProtocol(req.headers["content-type"])) {
+          const write = res.write.bind(res) as (...args: unknown[]) => boolean;
+          res.write = ((chunk: unknown, ...rest: unknown[]) => {
+            if (chunk instanceof Uint8Array) last = chunk;
+            return write(chunk, ...rest);
+          }) as typeof res.write;
+        }
         res.once("close", () => {
           const [service, method] = procedures.get(req.url.split("?", 1)[0]!) ?? ["unknown", "unknown"];
-          const code = outcome.code === undefined ? codeOf(trailerStatus ?? res.getHeader("grpc-status"), res.statusCode) : codeToString(outcome.code);
-          end({ rpc_service: service, rpc_method: method, rpc_code: code });
+          const code = outcome.code ?? answerCode(res, trailerStatus ?? res.getHeader("grpc-status"), last);
+          end({ rpc_service: service, rpc_method: method, rpc_code: codeName(code) });
         });
         handler(req, res);
       };
@@ -163,10 +174,8 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
 export type LinksMetrics = ReturnType<typeof createLinksMetrics>;
 
 /**
- * A failed call's code, as connect's adapter leaves it for measure(): a
- * Connect-protocol error carries its code only in its JSON body, and its HTTP
- * status names several (404 is not_found, 400 invalid_argument or
- * failed_precondition).
+ * A failed call's code, as its interceptors saw it, for measure()
+ * (answer-code.ts reads the rest from what was written).
  */
 interface Outcome {
   code?: Code;
@@ -191,14 +200,9 @@ export const recordOutcome: Interceptor = (next) => async (req) => {
   }
 };
 
-/** gRPC answers carry grpc-status; Connect and plain HTTP answers only their HTTP status. */
-function codeOf(grpcStatus: unknown, httpStatus: number): string {
-  if (grpcStatus !== undefined) {
-    const code = Number(grpcStatus);
-    return code === 0 ? "ok" : codeToString(code as Code);
-  }
-  return httpStatus < 400 ? "ok" : codeToString(codeFromHttpStatus(httpStatus));
-}
+const codeName = (code: number) => (code === OK ? "ok" : codeToString(code));
+
+const isGrpcProtocol = (type: string | undefined) => type !== undefined && type.startsWith("application/grpc") && !type.startsWith("application/grpc-web");
 
 function outcomeOf(err: unknown): string {
   const connectErr = ConnectError.from(err);
