@@ -5,7 +5,7 @@ import http2 from "node:http2";
 import net from "node:net";
 import { gunzipSync } from "node:zlib";
 import { Code, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { Health } from "../proto/gen/grpc/health/v1/health_pb.js";
 import { LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
@@ -186,6 +186,58 @@ describe("gateway and LinkService metrics", () => {
     }
   });
 
+  it("counts each item of a unary batch call by its own code, on the gRPC fast path and through connect's adapter", async () => {
+    const request = { type: LinkType.PAYMENT, data: { amount: { value: 1050n, currency: "USD" }, description: "Coffee" } };
+    const grpc = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
+    const connect = createClient(LinkService, createConnectTransport({ baseUrl: stack.linksUrl, httpVersion: "2" }));
+    // About 63 KiB of text: the answer of 70 would pass the 4 MiB a batch may answer.
+    const metadata = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${String(i).padStart(2, "0")}${"x".repeat(37)}`, "v".repeat(500)]));
+    const lines = Array.from({ length: 29 }, () => ({ name: "n".repeat(200), description: "d".repeat(1000), quantity: 1, amount: 1 }));
+    const large = await api(stack, "POST", "/v1/links", {
+      body: validLink({ data: { amount: { value: 10, currency: "USD" }, description: "x".repeat(1000), items: lines }, metadata }),
+    });
+    expect(large.status).toBe(201);
+    // Each item names its caller as a call's headers would (its key too, with PAYLINK_AUTH=api-key).
+    const [a, b] = await Promise.all(["client-a", "client-b"].map(async (clientId) => ({ clientId, authorization: (await stack.merchantHeaders(clientId)).authorization ?? "" })));
+    let id = "";
+    const grown = await rpcCountsDuring(stack.linksMetricsUrl, async () => {
+      const created = await grpc.batchCreateLinks({
+        items: [{ ...a, request }, { ...a, request: { ...request, expiresIn: 59 } }],
+      });
+      const result = created.results[0]!.result;
+      id = result.case === "response" ? result.value.link!.id : "";
+      const got = await connect.batchGetLinks({
+        items: [
+          { ...a, request: { id } },
+          { ...b, request: { id } },
+          { ...a, request: { id: "lnk-nope" } },
+          { clientId: "", request: { id } },
+        ],
+      });
+      expect(got.results.map((r) => (r.result.case === "error" ? r.result.value.code : "ok"))).toEqual([
+        "ok",
+        Code.PermissionDenied,
+        Code.NotFound,
+        Code.InvalidArgument,
+      ]);
+      // A call that fails as a whole fails each of its items...
+      const items = (n: number, link: string) => Array.from({ length: n }, () => ({ ...a, request: { id: link } }));
+      await expect(grpc.batchGetLinks({ items: items(70, large.body.id) })).rejects.toMatchObject({ code: Code.ResourceExhausted });
+      // ...but one refused for holding more items than a call may is one.
+      await expect(grpc.batchGetLinks({ items: items(1001, id) })).rejects.toMatchObject({ code: Code.InvalidArgument });
+    });
+    expect(id).not.toBe("");
+    expect(grown).toEqual({
+      "BatchCreateLinks ok": 1,
+      "BatchCreateLinks invalid_argument": 1,
+      "BatchGetLinks ok": 1,
+      "BatchGetLinks permission_denied": 1,
+      "BatchGetLinks not_found": 1,
+      "BatchGetLinks invalid_argument": 2,
+      "BatchGetLinks resource_exhausted": 70,
+    });
+  });
+
   it("counts a path that names no method as unknown: a caller cannot mint label values", async () => {
     const session = http2.connect(stack.linksUrl);
     try {
@@ -216,6 +268,46 @@ describe("gateway and LinkService metrics", () => {
     expect(sample(links, "paylink_links_expired_total")).toBeGreaterThanOrEqual(1);
     // No relay runs here: the payment's and the expiry's events wait, as old as the clock says.
     expect(sample(links, "paylink_outbox_lag_seconds")).toBeGreaterThanOrEqual(60);
+  });
+});
+
+describe("LinkService metrics of the gateway's stream of batches", () => {
+  it("count each get and create by its own code: a batch's failed items are no ok", async () => {
+    // api-key, for a 401: a key the LinkService does not know.
+    const stack = await startStack({ auth: "api-key" });
+    try {
+      const link = await api(stack, "POST", "/v1/links", { body: validLink() });
+      expect(link.status).toBe(201);
+      const get = (clientId: string, id = link.body.id as string, headers?: Record<string, string>) =>
+        api(stack, "GET", `/v1/links/${id}`, { clientId, headers }).then((r) => r.status);
+      const post = (body: unknown) => api(stack, "POST", "/v1/links", { body }).then((r) => r.status);
+      let statuses: number[] = [];
+      // At once, so that the gateway sends them as few calls of several items.
+      const grown = await rpcCountsDuring(stack.linksMetricsUrl, async () => {
+        statuses = await Promise.all([
+          get("client-a"),
+          get("client-a"),
+          get("client-a"),
+          get("client-a", "lnk-nope"),
+          get("client-b"),
+          get("client-a", undefined, { authorization: `Bearer sk_test_${"x".repeat(32)}` }),
+          post(validLink({ expires_in: 59 })),
+          post(validLink({ data: { amount: { value: -1, currency: "USD" }, description: "x" } })),
+          post(validLink()),
+        ]);
+      });
+      expect(statuses).toEqual([200, 200, 200, 404, 403, 401, 400, 400, 201]);
+      expect(grown).toEqual({
+        "BatchGetLinks ok": 3,
+        "BatchGetLinks not_found": 1,
+        "BatchGetLinks permission_denied": 1,
+        "BatchGetLinks unauthenticated": 1,
+        "BatchCreateLinks invalid_argument": 2,
+        "BatchCreateLinks ok": 1,
+      });
+    } finally {
+      await stack.close();
+    }
   });
 });
 

@@ -51,8 +51,8 @@ export interface BatchStreamOptions {
   readMaxBytes: number;
   /** What an unexpected error becomes for the caller (the error boundary). */
   toRpcError(err: unknown, procedure: string): ConnectError;
-  /** Told each call's method, outcome (an error's code) and duration. */
-  observe?(method: "BatchGetLinks" | "BatchCreateLinks", code: Code | undefined, seconds: number): void;
+  /** Told each call's method, answer, number of items asked for and duration. */
+  observe?(method: "BatchGetLinks" | "BatchCreateLinks", answer: Answer, items: number, seconds: number): void;
 }
 
 export function createBatchStreams(options: BatchStreamOptions) {
@@ -70,7 +70,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
     const own = call.call.case === "createLinks" ? callContext(stream) : streamContext(stream);
     return answerWithin(call, own, procedure).then((result) => {
       own.done();
-      options.observe?.(procedure, result.case === "error" ? result.value.code : undefined, (performance.now() - started) / 1000);
+      options.observe?.(procedure, result, call.call.value?.items.length ?? 0, (performance.now() - started) / 1000);
       return result;
     });
   }

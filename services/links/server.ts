@@ -112,11 +112,13 @@ export async function startLinksServer(opts: LinksServerOptions) {
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
     observe: metrics.observeBatchCall,
   });
+  // Unary batch calls leave their items' results for measure(); the stream counts its calls itself.
+  const unary = metrics.countBatchItems(service);
   const served = [LinkService, AdminService, DeliveryService, LinkBatchService, Health, ReflectionV1, ReflectionV1Alpha];
   const handler = metrics.measure(createGrpcFastPath({
-    services: [{ service: LinkService, impl: service }],
+    services: [{ service: LinkService, impl: unary }],
     // The fast path runs no interceptors: it asks the same authentication.
-    contextValues: requestContextValues,
+    contextValues: (req) => withOutcomeSlot(req, requestContextValues(req)),
     beforeHandler: (ctx) => authenticateCall(authenticator, ctx.service, ctx.method, ctx.requestHeader, ctx.values, ctx.signal),
     fallback: connectNodeAdapter({
       readMaxBytes: MAX_MESSAGE_BYTES,
@@ -136,7 +138,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
         // A field the API does not define is refused, as over REST: a typo such
         // as "expire_in" must not silently give a 12-hour link (connect drops them).
         const serve = serviceRegistrar(router, { ignoreUnknownFields: false });
-        serve(LinkService, service);
+        serve(LinkService, unary);
         serve(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
         serve(LinkBatchService, batchStreams.impl);
         serve(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));

@@ -41,7 +41,7 @@ export interface LinkServiceDeps {
   onEventsCommitted: () => void;
 }
 
-const MAX_BATCH_ITEMS = 1000;
+export const MAX_BATCH_ITEMS = 1000;
 /**
  * A page stops short of its limit (has_more) before its answer passes this:
  * gRPC clients refuse answers over 4 MiB unless told otherwise, and a page of
