@@ -237,7 +237,7 @@ it("keeps a large amount and a long unbroken merchant name within a phone's scre
     expect(scroll, selector).toBeLessThanOrEqual(client!);
   }
   await shot(page, "phone-long");
-  await page.getByLabel("Bank transfer").check();
+  await page.locator("#method-bank_transfer").check();
   await page.locator("button.pay").click();
   await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
@@ -276,7 +276,7 @@ it("retries one attempt with one Idempotency-Key when the answer is lost or 503,
     return route.continue();
   });
   await page.goto(link.url);
-  await page.getByLabel("Bank transfer").check();
+  await page.locator("#method-bank_transfer").check();
   await page.getByRole("button", { name: "Pay $42.50" }).click();
   await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 15_000 }).toBe(true);
   expect(tries).toBe(3);
@@ -324,7 +324,7 @@ it("asks again with the same Idempotency-Key after its retries ran out, so a pay
     return route.fulfill({ status: 503, contentType: "application/json", headers: { "retry-after": "1" }, body: '{"error":"Service unavailable"}' });
   });
   await page.goto(link.url);
-  await page.getByLabel("Bank transfer").check();
+  await page.locator("#method-bank_transfer").check();
   const pay = page.getByRole("button", { name: "Pay $42.50" });
   await pay.click();
   await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toBe("Service unavailable. Please try again.");
@@ -348,7 +348,7 @@ it("words a proxy's own error page (HTML, no JSON) once: a 502 is asked again, t
     route.fulfill({ status, contentType: "text/html", body: "<html><body><h1>502 Bad Gateway</h1></body></html>" }),
   );
   await page.goto(link.url);
-  await page.getByLabel("Bank transfer").check();
+  await page.locator("#method-bank_transfer").check();
   const pay = page.getByRole("button", { name: "Pay $42.50" });
   await pay.click();
   await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toBe("Something went wrong. Please try again.");
@@ -365,7 +365,7 @@ it("says how long to wait when pay answers 429, and keeps the button", async () 
     route.fulfill({ status: 429, contentType: "application/json", headers: { "retry-after": "30" }, body: '{"error":"Too many requests"}' }),
   );
   await page.goto(link.url);
-  await page.getByLabel("Bank transfer").check();
+  await page.locator("#method-bank_transfer").check();
   await page.getByRole("button", { name: "Pay $42.50" }).click();
   await expect.poll(() => page.locator("#status").innerText()).toBe("Too many attempts. Please wait 30 seconds and try again.");
   expect(await page.getByRole("button", { name: "Pay $42.50" }).isEnabled()).toBe(true);
@@ -443,7 +443,7 @@ it("keeps the live region out of aria-busy while paying, and clears aria-busy (P
     leaving();
   });
   await page.goto(link.url);
-  await page.getByLabel("Bank transfer").check();
+  await page.locator("#method-bank_transfer").check();
   await page.getByRole("button", { name: "Pay $42.50" }).click();
   await pay.inFlight();
   const busyAround = () =>
@@ -471,7 +471,7 @@ it("makes the cancel link inert while paying, and gives it back when the attempt
   const pay = await holdPay(page);
   await page.goto(link.url);
   const cancel = page.getByRole("link", { name: "Cancel and return to Northwind Coffee" });
-  await page.getByLabel("Bank transfer").check();
+  await page.locator("#method-bank_transfer").check();
   await page.getByRole("button", { name: "Pay $42.50" }).click();
   await pay.inFlight();
   expect(await cancel.getAttribute("aria-disabled")).toBe("true");
@@ -531,6 +531,20 @@ it("draws the keyboard focus as a solid outline at 3:1 or more, and keeps it in 
     expect(ring.style, id).not.toBe("none");
     expect(ring.width, id).toBeGreaterThanOrEqual(2);
   }
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("shows which payment method is chosen in forced-colors mode, where colours and shadows are the system's", async () => {
+  const link = await createLink({ description: "Order #2012" });
+  const { page, problems, close } = await newPage();
+  await page.emulateMedia({ forcedColors: "active" });
+  await page.goto(link.url);
+  const edge = (id: string) => page.locator(`label[for=${id}]`).evaluate((el) => parseFloat(getComputedStyle(el).borderTopWidth));
+  await page.locator("#method-card").check();
+  expect(await edge("method-card")).toBeGreaterThan(await edge("method-bank_transfer"));
+  await page.locator("#method-bank_transfer").check();
+  expect(await edge("method-bank_transfer")).toBeGreaterThan(await edge("method-card"));
   expect(problems).toEqual([]);
   await close();
 });
