@@ -7,6 +7,7 @@ import postgres from "postgres";
 import { describe, expect, inject, it } from "vitest";
 import { natsHostPort } from "../services/dev/nats-server.js";
 import { createDb, migrateDb } from "../services/links/db.js";
+import { fromPostgres } from "../services/links/db-errors.js";
 import { links } from "../services/links/schema.js";
 import { bracketedHosts, ConfigError, loadConfig, natsConnection } from "../services/shared/config.js";
 import { createDatabase } from "./support/database.js";
@@ -289,7 +290,10 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
     expect(run.stderr + run.stdout).not.toContain("hunter2-secret");
   });
 
-  it("start:links with a role that may not create what the schema needs: one line naming PostgreSQL's refusal", async () => {
+  it.each([
+    ["a role that may not create what the schema needs", "permission denied for database %db"],
+    ["a database that is read-only (a standby, say)", "cannot execute CREATE SCHEMA in a read-only transaction"],
+  ])("start:links with %s: one line naming PostgreSQL's refusal and the statement", async (what, reason) => {
     const admin = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
     const suffix = `${process.pid}_${Date.now()}`;
     const role = `paylink_test_ro_${suffix}`;
@@ -297,21 +301,28 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
     await admin.unsafe(`CREATE ROLE ${role} LOGIN`);
     await admin.unsafe(`CREATE DATABASE ${database}`);
     await admin.unsafe(`REVOKE CREATE ON DATABASE ${database} FROM PUBLIC`);
+    if (what.includes("read-only")) await admin.unsafe(`ALTER DATABASE ${database} SET default_transaction_read_only = on`);
     try {
       const url = new URL(inject("databaseUrl"));
-      url.username = role;
+      if (what.includes("role")) url.username = role;
       url.pathname = `/${database}`;
       const run = runEntry("services/links/main.ts", { DATABASE_URL: url.toString() });
       expectOneLine(
         run,
         `links: start-up failed: the database DATABASE_URL names (${url.hostname}:${url.port}/${database}) cannot be used: ` +
-          `migrating it failed: permission denied for database ${database} (at: CREATE SCHEMA IF NOT EXISTS "drizzle")`,
+          `migrating it failed: ${reason.replace("%db", database)} (at: CREATE SCHEMA IF NOT EXISTS "drizzle")`,
       );
     } finally {
       await admin.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
       await admin.unsafe(`DROP ROLE IF EXISTS ${role}`);
       await admin.end();
     }
+  });
+
+  it("a migration that fails outside PostgreSQL (the build without its migrations) is not blamed on DATABASE_URL", () => {
+    expect(fromPostgres(new Error("Can't find meta/_journal.json file"))).toBe(false);
+    expect(fromPostgres(Object.assign(new Error("Failed query"), { cause: Object.assign(new Error("read-only"), { code: "25006" }) }))).toBe(true);
+    expect(fromPostgres(Object.assign(new Error("Failed query"), { cause: Object.assign(new Error("reset"), { code: "ECONNRESET" }) }))).toBe(true);
   });
 
   it("start:links with a port that takes connections and never speaks PostgreSQL: gives up within seconds, not never", async () => {

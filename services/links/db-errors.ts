@@ -65,11 +65,21 @@ export class FirstConnectionFailed extends Error {
   }
 }
 
+/** True when the error, or one it wraps, is PostgreSQL's (a SQLSTATE) or the driver's lost or refused connection. */
+export function fromPostgres(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return true;
+  }
+  return isDatabaseUnavailable(err);
+}
+
 /**
- * A migration PostgreSQL refused: a role without the privileges to create
- * what the schema needs (42501), or a table of someone else's in the way.
- * Named by PostgreSQL's own message and the statement it refused; Drizzle's
- * wrapper repeats the whole statement with a stack.
+ * A migration PostgreSQL refused or could not finish: a role without the
+ * privileges to create what the schema needs (42501), a table of someone
+ * else's in the way, a read-only standby, a statement timeout, a lost
+ * connection. Named by PostgreSQL's own message and the statement; Drizzle's
+ * wrapper says only "Failed query" with the whole statement.
  */
 export class MigrationFailed extends Error {
   constructor(cause: unknown) {

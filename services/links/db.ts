@@ -4,7 +4,7 @@ import { migrate } from "drizzle-orm/postgres-js/migrator";
 import type postgres from "postgres";
 import { createDbProbe } from "./db-probe.js";
 import { connectPostgres } from "./postgres-client.js";
-import { FirstConnectionFailed, isDatabaseUnavailable, MigrationFailed } from "./db-errors.js";
+import { FirstConnectionFailed, fromPostgres, MigrationFailed } from "./db-errors.js";
 import { withTimeout } from "../shared/with-timeout.js";
 import * as schema from "./schema.js";
 
@@ -60,8 +60,9 @@ export async function migrateDb(url: string): Promise<void> {
   try {
     await client`select pg_advisory_lock(${MIGRATION_LOCK.toString()}::bigint)`;
     await migrate(drizzle(client), { migrationsFolder: MIGRATIONS }).catch((err: unknown) => {
-      // Lost on the way, it is the outage it is; refused, the database must change.
-      throw isDatabaseUnavailable(err) ? err : new MigrationFailed(err);
+      // PostgreSQL's refusal or a lost connection is named by its own words; a
+      // fault of ours (the build without its migrations) goes on as it is.
+      throw fromPostgres(err) ? new MigrationFailed(err) : err;
     });
   } finally {
     await client.end({ timeout: 5 });
