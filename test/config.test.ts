@@ -291,9 +291,9 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
   });
 
   it.each([
-    ["a role that may not create what the schema needs", "permission denied for database %db"],
-    ["a database that is read-only (a standby, say)", "cannot execute CREATE SCHEMA in a read-only transaction"],
-  ])("start:links with %s: one line naming PostgreSQL's refusal and the statement", async (what, reason) => {
+    { what: "a role that may not create what the schema needs", asRole: true, readOnly: false, reason: "permission denied for database %db" },
+    { what: "a database that is read-only (a standby, say)", asRole: false, readOnly: true, reason: "cannot execute CREATE SCHEMA in a read-only transaction" },
+  ])("start:links with $what: one line naming PostgreSQL's refusal and the statement", async ({ asRole, readOnly, reason }) => {
     const admin = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
     const suffix = `${process.pid}_${Date.now()}`;
     const role = `paylink_test_ro_${suffix}`;
@@ -301,10 +301,10 @@ describe("a start-up the operator must fix: one line naming the setting, no stac
     await admin.unsafe(`CREATE ROLE ${role} LOGIN`);
     await admin.unsafe(`CREATE DATABASE ${database}`);
     await admin.unsafe(`REVOKE CREATE ON DATABASE ${database} FROM PUBLIC`);
-    if (what.includes("read-only")) await admin.unsafe(`ALTER DATABASE ${database} SET default_transaction_read_only = on`);
+    if (readOnly) await admin.unsafe(`ALTER DATABASE ${database} SET default_transaction_read_only = on`);
     try {
       const url = new URL(inject("databaseUrl"));
-      if (what.includes("role")) url.username = role;
+      if (asRole) url.username = role;
       url.pathname = `/${database}`;
       const run = runEntry("services/links/main.ts", { DATABASE_URL: url.toString() });
       expectOneLine(

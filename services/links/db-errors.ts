@@ -36,22 +36,23 @@ export class DatabaseTimeout extends Error {
 export const databaseUnavailable = (cause?: unknown) =>
   new ConnectError("the database is unavailable", Code.Unavailable, undefined, undefined, cause);
 
-/** True when the error, or one it wraps (Drizzle wraps the driver's), says PostgreSQL cannot be reached. */
-export function isDatabaseUnavailable(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && (DRIVER_CODES.has(code) || UNAVAILABLE_SQLSTATE.test(code))) return true;
-  }
-  return false;
+/** The error and those it wraps, outermost first (Drizzle wraps the driver's); five at most. */
+function causes(err: unknown): { code?: unknown; constraint_name?: unknown; message?: unknown }[] {
+  const chain = [];
+  for (let e: unknown = err; e && chain.length < 5; e = (e as { cause?: unknown }).cause) chain.push(e as object);
+  return chain;
 }
+
+const codeOf = (e: { code?: unknown }) => (typeof e.code === "string" ? e.code : "");
+
+/** True when the error, or one it wraps, says PostgreSQL cannot be reached. */
+export const isDatabaseUnavailable = (err: unknown): boolean =>
+  causes(err).some((e) => DRIVER_CODES.has(codeOf(e)) || UNAVAILABLE_SQLSTATE.test(codeOf(e)));
 
 /** True when the error, or one it wraps, is a unique violation (of `constraint`, when named). */
 export function isUniqueViolation(err: unknown, constraint?: string): boolean {
-  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    const { code, constraint_name } = e as { code?: unknown; constraint_name?: unknown };
-    if (code === "23505") return constraint === undefined || constraint_name === constraint;
-  }
-  return false;
+  const violation = causes(err).find((e) => e.code === "23505");
+  return violation !== undefined && (constraint === undefined || violation.constraint_name === constraint);
 }
 
 // What keeps start-up from the database that DATABASE_URL, not the code, must
@@ -66,13 +67,8 @@ export class FirstConnectionFailed extends Error {
 }
 
 /** True when the error, or one it wraps, is PostgreSQL's (a SQLSTATE) or the driver's lost or refused connection. */
-export function fromPostgres(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return true;
-  }
-  return isDatabaseUnavailable(err);
-}
+export const fromPostgres = (err: unknown): boolean =>
+  causes(err).some((e) => /^[0-9A-Z]{5}$/.test(codeOf(e))) || isDatabaseUnavailable(err);
 
 /**
  * A migration PostgreSQL refused or could not finish: a role without the
@@ -83,10 +79,9 @@ export function fromPostgres(err: unknown): boolean {
  */
 export class MigrationFailed extends Error {
   constructor(cause: unknown) {
-    let innermost: unknown = cause;
-    for (let depth = 0; (innermost as { cause?: unknown })?.cause && depth < 5; depth++) innermost = (innermost as { cause: unknown }).cause;
+    const innermost = causes(cause).at(-1);
     const statement = String((cause as { query?: unknown }).query ?? "").trim().split("\n")[0]!.slice(0, 100);
-    super(`migrating it failed: ${(innermost as Error)?.message ?? String(innermost)}${statement && ` (at: ${statement})`}`, { cause });
+    super(`migrating it failed: ${String(innermost?.message ?? innermost ?? cause)}${statement && ` (at: ${statement})`}`, { cause });
   }
 }
 
