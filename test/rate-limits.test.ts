@@ -205,7 +205,10 @@ describe("per link, across LinkService copies", () => {
       const copies = [stack.linksUrl, `http://127.0.0.1:${other.port}`].map((baseUrl) =>
         createClient(LinkService, createGrpcTransport({ baseUrl })),
       );
-      const link = (await api(stack, "POST", "/v1/links", { body: validLink() })).body;
+      const created = await api(stack, "POST", "/v1/links", { body: validLink() });
+      // Its status first: a link that was never created would fail every pay below as "Link not found".
+      expect(created.status).toBe(201);
+      const link = created.body;
       const pay = (copy: number, number: string) =>
         copies[copy]!.completePayment({
           linkId: link.id,
