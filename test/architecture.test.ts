@@ -1,6 +1,8 @@
 // The shape DESIGN.md asks for, checked on the import graph (madge): no
 // import cycle anywhere, and a gateway that knows the LinkService only by
-// its protobuf API, never by its code (nor the notifier's).
+// its protobuf API, never by its code (nor the notifier's). And one rule of
+// the suite's own, checked on its sources.
+import { readdirSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import madge from "madge";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -24,5 +26,23 @@ describe("the import graph", () => {
     expect(crossing).toEqual([]);
     // The gateway's plugins are there to be found.
     expect(graph.obj()["gateway/app.ts"]).toEqual(expect.arrayContaining(["gateway/rest.ts", "gateway/probes.ts", "gateway/checkout/routes.ts"]));
+  });
+});
+
+describe("the suite", () => {
+  it("locks or alters a table only on a database of the test file's own", () => {
+    // Test files run two at a time on the run's shared database: a lock held
+    // there for a second or two holds up every create of the file beside it,
+    // which then answers 503 at the gateway's deadline, and fails at random.
+    const dir = `${root}test`;
+    const sharing = readdirSync(dir)
+      .filter((file) => file.endsWith(".test.ts"))
+      .filter((file) => {
+        const source = readFileSync(`${dir}/${file}`, "utf8");
+        const locks = /\b(lock|alter) table\b/i.test(source);
+        const shared = /inject\("databaseUrl"\)/.test(source) || /startStack\((?!\{[^)]*databaseUrl)/.test(source);
+        return locks && shared;
+      });
+    expect(sharing).toEqual([]);
   });
 });

@@ -9,7 +9,6 @@ import { create } from "@bufbuild/protobuf";
 import { sql } from "drizzle-orm";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { inject } from "vitest";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
 import { CreateLinkRequestSchema, LinkService, LinkStatus, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchedStore } from "../services/links/batched-store.js";
@@ -17,13 +16,21 @@ import { createDb } from "../services/links/db.js";
 import { type BatcherOptions, createBatcher } from "../services/shared/batcher.js";
 import { newLinkId } from "../services/shared/ids.js";
 import { errorFromStatus } from "../services/shared/rpc-status.js";
+import { createDatabase } from "./support/database.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
+// A database of this file's own: its tests lock the links table, which on
+// the run's shared database would hold up the creates of files running beside it.
+let database: Awaited<ReturnType<typeof createDatabase>>;
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack();
+  database = await createDatabase("paylink_batching");
+  stack = await startStack({ databaseUrl: database.url });
 });
-afterAll(() => stack?.close());
+afterAll(async () => {
+  await stack?.close();
+  await database?.drop();
+});
 
 /** A batcher that records each batch it sends, and whose first call answers only at `release()`. */
 function gatedBatcher(options: BatcherOptions, answer = (n: number) => n) {
@@ -225,7 +232,7 @@ describe("BatchGetLinks and BatchCreateLinks over gRPC", () => {
 
 describe("batch items in api-key mode", () => {
   it("authenticates each item with its own credentials; one bad key fails that item alone", async () => {
-    const keyed = await startStack({ auth: "api-key" });
+    const keyed = await startStack({ databaseUrl: database.url, auth: "api-key" });
     try {
       const links = createClient(LinkService, createGrpcTransport({ baseUrl: keyed.linksUrl }));
       const a = (await keyed.merchantHeaders("keyed-a")).authorization!;
@@ -278,7 +285,7 @@ describe("the batched store", () => {
   };
 
   it("commits concurrent creates together, and a row that fails fails alone", async () => {
-    const { db, close } = createDb(inject("databaseUrl"), { max: 1 });
+    const { db, close } = createDb(database.url, { max: 1 });
     try {
       const batches: string[] = [];
       const store = createBatchedStore(db, { observe: (operation, rows) => batches.push(`${operation} ${rows}`) });
@@ -303,7 +310,7 @@ describe("the batched store", () => {
     // instead of passing on the answer to a multi-row insert: the insert
     // committed, and the store is told only that the connection closed.
     let armed = false;
-    const target = new URL(inject("databaseUrl"));
+    const target = new URL(database.url);
     const proxy = net.createServer((client) => {
       const server = net.connect(Number(target.port || 5432), target.hostname);
       const cut = () => {
@@ -343,7 +350,7 @@ describe("the batched store", () => {
   });
 
   it("runs its reads and writes as prepared statements, reused across calls", async () => {
-    const { db, client, close } = createDb(inject("databaseUrl"), { max: 1 });
+    const { db, client, close } = createDb(database.url, { max: 1 });
     try {
       const store = createBatchedStore(db);
       for (let i = 0; i < 3; i++) {
@@ -374,7 +381,7 @@ describe("batches over a message's size", () => {
       });
     expect(JSON.stringify(large(0)).length).toBeGreaterThan(58_000);
     // Inserts wait on this lock, so the gateway's calls stay in flight and the creates behind them pile up into one batch.
-    const holder = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
+    const holder = postgres(database.url, { max: 1, onnotice: () => {} });
     const conn = await holder.reserve();
     await conn`begin`;
     await conn`lock table links in share mode`;
@@ -399,7 +406,7 @@ describe("deadlines in a batch", () => {
   it("cuts no request short by the deadline of one that queued long before it in the same batch", async () => {
     // Inserts wait on this lock, so the first create's call stays in flight
     // past its 1.8 s deadline while two more queue 1.4 s apart behind it.
-    const holder = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
+    const holder = postgres(database.url, { max: 1, onnotice: () => {} });
     const conn = await holder.reserve();
     await conn`begin`;
     await conn`lock table links in share mode`;
@@ -434,7 +441,7 @@ describe("1,000 concurrent mixed REST requests", () => {
   // (whose 503 fail-fast.test.ts checks).
   let stack: Stack;
   beforeAll(async () => {
-    stack = await startStack({ gateway: { rpcDeadlineMs: 10_000 } });
+    stack = await startStack({ databaseUrl: database.url, gateway: { rpcDeadlineMs: 10_000 } });
   });
   afterAll(() => stack?.close());
 

@@ -8,21 +8,29 @@ import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import postgres from "postgres";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../services/shared/logger.js";
 import { BatchCreateLinksRequestSchema, type CreateLinkRequest, CreateLinkRequestSchema, LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createBatchStreamClient } from "../gateway/batch-stream.js";
 import { grpcFrame } from "./support/grpc-frame.js";
+import { createDatabase } from "./support/database.js";
 import { type Stack, startStack } from "./support/stack.js";
 
 let stack: Stack;
 // A caller giving up is no fault of ours: nothing about it may be logged as an error.
 const lines: { level: number; msg: string }[] = [];
 const logger = createLogger("deadline-test", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+// A database of this file's own: its tests lock the links table, which on
+// the run's shared database would hold up the creates of files running beside it.
+let database: Awaited<ReturnType<typeof createDatabase>>;
 beforeAll(async () => {
-  stack = await startStack({ logger });
+  database = await createDatabase("paylink_deadlines");
+  stack = await startStack({ databaseUrl: database.url, logger });
 });
-afterAll(() => stack?.close());
+afterAll(async () => {
+  await stack?.close();
+  await database?.drop();
+});
 
 const request = (description: string) =>
   create(CreateLinkRequestSchema, { type: LinkType.PAYMENT, data: { amount: { value: 1000n, currency: "USD" }, description } });
@@ -81,7 +89,7 @@ describe.each(PROTOCOLS)("over $contentType", ({ contentType, body }) => {
 async function withInsertsQueued(clientId: string, meanwhile: () => Promise<void>): Promise<void> {
   const headers = await stack.merchantHeaders(clientId);
   const client = createClient(LinkService, createGrpcTransport({ baseUrl: stack.linksUrl }));
-  const holder = postgres(inject("databaseUrl"), { max: 1, onnotice: () => {} });
+  const holder = postgres(database.url, { max: 1, onnotice: () => {} });
   const conn = await holder.reserve();
   await conn`begin`;
   await conn`lock table links in share mode`;
