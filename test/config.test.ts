@@ -59,6 +59,7 @@ describe("loadConfig", () => {
     ["DATABASE_URL", "postgres://svc@db1:5432,db2:x/paylink"],
     ["DATABASE_URL", "postgres://svc@db1,,db2/paylink"],
     ["WEBHOOK_RETRY_SCHEDULE", "5s,soon"],
+    ["WEBHOOK_RETRY_SCHEDULE", "5s,0s,1m"],
     ["WEBHOOK_RECONCILE_AFTER", "0s"],
     ["WEBHOOK_RECONCILE_AFTER", "5m,10m"],
     ["WEBHOOK_RECONCILE_AFTER", "8d"],

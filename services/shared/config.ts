@@ -263,9 +263,11 @@ const MAX_RETRY_DELAY = "7d";
 export function parseSchedule(raw: string, name: string): number[] {
   return raw.split(",").map((part) => {
     const ms = toMs(part.trim());
-    if (ms === undefined) {
+    // A delay of 0 would send a failed webhook again at once, hammering an
+    // endpoint that is down instead of waiting for it: refused as every other 0 duration.
+    if (!ms) {
       throw new ConfigError(
-        `${name} must be a comma-separated list of delays such as 5s,30s,2m (units ms, s, m, h, d); got "${raw}"`,
+        `${name} must be a comma-separated list of delays above 0 such as 5s,30s,2m (units ms, s, m, h, d); got "${raw}"`,
       );
     }
     if (ms > toMs(MAX_RETRY_DELAY)!) throw new ConfigError(`${name} must hold delays of at most ${MAX_RETRY_DELAY}; got "${raw}"`);
