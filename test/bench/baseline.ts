@@ -3,19 +3,21 @@
 // database server as the service. It checks what a careful one-file
 // implementation would (Client-Id, JSON, the create rules that matter for
 // these bodies, ownership, status as of now) and uses prepared statements.
-// Usage: tsx test/bench/baseline.ts <database url> <port>
+// Usage: tsx test/bench/baseline.ts <database url>; it listens on a port the
+// system gives it, and tells its parent which ({ port }).
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
 import { v7 as uuidv7 } from "uuid";
 import postgres from "postgres";
 
-const [databaseUrl, portArg] = process.argv.slice(2);
+const [databaseUrl] = process.argv.slice(2);
 const sql = postgres(databaseUrl!, { max: 10, onnotice: () => {} });
 await sql`CREATE TABLE IF NOT EXISTS baseline_links (
   id text PRIMARY KEY, client_id text NOT NULL, status text NOT NULL, data jsonb NOT NULL,
   metadata jsonb NOT NULL, expires_at timestamptz NOT NULL, created_at timestamptz NOT NULL,
   updated_at timestamptz NOT NULL)`;
 
-const BASE = `http://localhost:${portArg}`;
+let BASE = "";
 const CURRENCIES = new Set(Intl.supportedValuesOf("currency"));
 
 type Json = Record<string, any>;
@@ -144,7 +146,13 @@ const server = createServer((req, res) => {
   });
 });
 server.keepAliveTimeout = 60_000;
-server.listen(Number(portArg), "127.0.0.1", () => process.send?.("ready"));
+// Port 0: a port picked beforehand could be taken meanwhile (by any process's
+// outgoing connection: the service's, started first, opens dozens).
+server.listen(0, "127.0.0.1", () => {
+  const { port } = server.address() as AddressInfo;
+  BASE = `http://localhost:${port}`;
+  process.send?.({ port });
+});
 process.on("SIGTERM", () => {
   server.close();
   void sql.end({ timeout: 2 }).then(() => process.exit(0));

@@ -21,7 +21,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { CreateLinkRequestSchema, LinkService, LinkType } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { createLeanGrpcTransport } from "../../gateway/grpc-transport.js";
 import { createDatabase } from "../support/database.js";
-import { freePort, startNatsServer } from "../support/nats.js";
+import { startNatsServer } from "../support/nats.js";
 import { cpuMicros, machineTicks, postgresPids, rssBytes } from "./procs.js";
 import { buildService, startService, stop } from "./service.js";
 
@@ -83,7 +83,6 @@ async function main() {
   await admin.end();
   const pgPids = postgresPids(dataDirectory);
   const nats = await startNatsServer();
-  const baselinePort = await freePort();
   const children: ChildProcess[] = [];
 
   try {
@@ -97,12 +96,15 @@ async function main() {
       postgres: pgPids,
     };
 
-    const baseline = fork("test/bench/baseline.ts", [database.url, String(baselinePort)], {
+    const baseline = fork("test/bench/baseline.ts", [database.url], {
       execArgv: ["--import", "tsx"],
       stdio: ["ignore", "ignore", "inherit", "ipc"],
     });
     children.push(baseline);
-    await new Promise((resolve) => baseline.once("message", resolve));
+    const { port: baselinePort } = await new Promise<{ port: number }>((resolve, reject) => {
+      baseline.once("message", resolve);
+      baseline.once("exit", (code) => reject(new Error(`the baseline exited (${code}) before it listened`)));
+    });
     const baselineUrl = `http://127.0.0.1:${baselinePort}`;
     const baselinePids: Record<string, () => number[]> = { baseline: () => [baseline.pid!], postgres: pgPids };
 

@@ -43,7 +43,7 @@ export async function startService(databaseUrl: string, natsUrl: string): Promis
     detached: true,
   });
   const url = `http://127.0.0.1:${gatewayPort}`;
-  await waitFor(`${url}/readyz`);
+  await waitFor(`${url}/readyz`, child);
   return {
     url,
     linksUrl: `http://127.0.0.1:${linksPort}`,
@@ -60,9 +60,11 @@ export async function stop(child: ChildProcess) {
   await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
 }
 
-async function waitFor(url: string, timeoutMs = 60_000) {
+/** Gives up at once when `npm start` exits (it does when any of its services does: a port taken, say). */
+async function waitFor(url: string, child: ChildProcess, timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`npm start exited (${child.exitCode ?? child.signalCode}) before ${url} was ready`);
     if (await fetch(url).then((r) => r.ok, () => false)) return;
     await new Promise((r) => setTimeout(r, 200));
   }
