@@ -12,22 +12,30 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AdminService } from "../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { apiKeys } from "../services/links/schema.js";
+import { createDatabase } from "./support/database.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 const ADMIN_TOKEN = "admin-token-for-tests-0123456789";
 const SECRET = /^sk_test_[0-9A-Za-z]{32}$/;
 
+// A database of this file's own: a test here counts every write to api_keys
+// with a trigger, which on the run's shared one would count other files' too.
+let database: Awaited<ReturnType<typeof createDatabase>>;
 let stack: Stack;
 let admin: ReturnType<typeof createClient<typeof AdminService>>;
 let links: ReturnType<typeof createClient<typeof LinkService>>;
 const asAdmin = { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } };
 beforeAll(async () => {
-  stack = await startStack({ auth: "api-key", adminToken: ADMIN_TOKEN });
+  database = await createDatabase("paylink_auth");
+  stack = await startStack({ databaseUrl: database.url, auth: "api-key", adminToken: ADMIN_TOKEN });
   const transport = createGrpcTransport({ baseUrl: stack.linksUrl });
   admin = createClient(AdminService, transport);
   links = createClient(LinkService, transport);
 });
-afterAll(() => stack?.close());
+afterAll(async () => {
+  await stack?.close();
+  await database?.drop();
+});
 
 // The stack's own helper would add a key; these tests send exactly what they say.
 const rest: typeof api = (_stack, ...args) => api({ gatewayUrl: stack.gatewayUrl }, ...args);
@@ -241,7 +249,7 @@ describe("the admin service", () => {
   });
 
   it("is off without ADMIN_TOKEN", async () => {
-    const off = await startStack({ auth: "api-key" });
+    const off = await startStack({ databaseUrl: database.url, auth: "api-key" });
     try {
       const client = createClient(AdminService, createGrpcTransport({ baseUrl: off.linksUrl }));
       const err = await client.listApiKeys({ clientId: "x" }, asAdmin).catch((e: unknown) => e);

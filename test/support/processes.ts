@@ -82,30 +82,50 @@ export async function waitListening(proc: Proc, port: number, timeoutMs = 20_000
   );
 }
 
-/** Waits for `url` to answer 200; with `proc`, gives up at once if it exits, and says what it printed. */
-export async function waitReady(url: string, timeoutMs = 30_000, proc?: Proc): Promise<void> {
+/** Waits for `url` to answer 200; with `procs`, gives up at once if one exits, and says what it printed. */
+export async function waitReady(url: string, timeoutMs = 30_000, ...procs: Proc[]): Promise<void> {
   await waitFor(
     async () => {
-      if (proc && proc.child.exitCode !== null) throw new Error(`${proc.role} exited: ${proc.output()}`);
+      const gone = procs.find((proc) => proc.child.exitCode !== null);
+      if (gone) throw new Error(`${gone.role} exited: ${gone.output()}`);
       return fetch(url).then((res) => res.status === 200, () => false);
     },
     timeoutMs,
-    () => `${url} never answered 200${proc ? `; ${proc.role} printed: ${proc.output().slice(-4000)}` : ""}`,
+    () => `${url} never answered 200${procs.map((proc) => `; ${proc.role} printed: ${proc.output().slice(-4000)}`).join("")}`,
   );
 }
 
-/** A LinkService and a gateway as processes on free ports. */
-export async function startServices(opts: {
+interface ServicesOptions {
   databaseUrl: string;
   natsUrl?: string;
   env?: Record<string, string>;
   gatewayEnv?: Record<string, string>;
-}) {
+}
+
+/**
+ * A LinkService and a gateway as processes on free ports. A port found free
+ * can be taken before the process binds it (by another file's listener, in
+ * the seconds a LinkService takes to start): then again, on other ports.
+ */
+export async function startServices(opts: ServicesOptions): Promise<Awaited<ReturnType<typeof startServicesOnce>>> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServicesOnce(opts);
+    } catch (err) {
+      // The start-up line a service prints for it: "LINKS_PORT 41234 is in use by another program".
+      if (attempt === 3 || !/_PORT \d+ is in use/.test(String(err))) throw err;
+    }
+  }
+}
+
+async function startServicesOnce(opts: ServicesOptions) {
   const linksPort = await freePort();
   const gatewayPort = await freePort();
   const env = {
     DATABASE_URL: opts.databaseUrl,
-    NATS_URL: opts.natsUrl ?? `nats://127.0.0.1:${await freePort()}`,
+    // Without a NATS of its own, one nothing can ever listen on: a free port
+    // the relay dialled all along could be another file's NATS by then.
+    NATS_URL: opts.natsUrl ?? "nats://127.0.0.1:1",
     LINKS_PORT: String(linksPort),
     GATEWAY_PORT: String(gatewayPort),
     LINKS_URL: `http://127.0.0.1:${linksPort}`,
@@ -124,7 +144,9 @@ export async function startServices(opts: {
     },
     async startGateway() {
       services.gateway = spawnRole("gateway", { ...env, ...opts.gatewayEnv });
-      await waitReady(`${services.gatewayUrl}/readyz`, 30_000, services.gateway);
+      // The LinkService too: one that lost its port after waitListening saw
+      // another program's listener there has exited, and the gateway never gets ready.
+      await waitReady(`${services.gatewayUrl}/readyz`, 30_000, services.gateway, services.links);
     },
     async close() {
       for (const proc of [services.gateway, services.links]) {
