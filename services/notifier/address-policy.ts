@@ -5,9 +5,10 @@
 // a name that resolves to a public address for a pre-check and to 127.0.0.1
 // a moment later (DNS rebinding) gains nothing. IP-literal hosts skip DNS and
 // are checked on their own.
-import dns from "node:dns";
+import type { LookupAddress } from "node:dns";
 import type { LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
+import { createWebhookLookup, type Resolve } from "./webhook-lookup.js";
 
 /**
  * Why an address is refused. `kind` names the sort of address and never the
@@ -75,29 +76,22 @@ export function refusal(ip: string): Refusal | undefined {
 export interface AddressPolicy {
   /** Why a literal address is refused, or undefined. */
   refuse(ip: string): Refusal | undefined;
-  /** The lookup a socket uses; undefined means the system's own. */
-  lookup: LookupFunction | undefined;
-}
-
-/** Test deployments deliver to loopback and private receivers; production does not. */
-export function addressPolicy(env: "test" | "production"): AddressPolicy {
-  if (env === "test") return { refuse: () => undefined, lookup: undefined };
-  return { refuse: refusal, lookup: guardedLookup };
+  /** The lookup a webhook's socket uses. */
+  lookup: LookupFunction;
 }
 
 /**
- * dns.lookup that drops refused addresses. Node calls it with `all: true`
- * when it may try several addresses (autoSelectFamily) and without it
- * otherwise; both shapes are answered.
+ * Test deployments deliver to loopback and private receivers; production does
+ * not. `resolve`: how names are asked of DNS (webhook-lookup.ts's default).
  */
-export const guardedLookup: LookupFunction = (hostname, options, callback) => {
-  dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
-    if (err) return callback(err, "", 0);
-    const allowed = addresses.filter((a) => refusal(a.address) === undefined);
-    if (allowed.length === 0) {
-      return callback(new RefusedAddressError(hostname, addresses.map((a) => refusal(a.address)!)), "", 0);
-    }
-    if (options.all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, allowed);
-    callback(null, allowed[0]!.address, allowed[0]!.family);
-  });
-};
+export function addressPolicy(env: "test" | "production", resolve?: Resolve): AddressPolicy {
+  if (env === "test") return { refuse: () => undefined, lookup: createWebhookLookup({ resolve }) };
+  return { refuse: refusal, lookup: createWebhookLookup({ keep: allowedOnly, resolve }) };
+}
+
+/** The addresses production may reach; a RefusedAddressError when there are none. */
+function allowedOnly(addresses: LookupAddress[], hostname: string): LookupAddress[] {
+  const allowed = addresses.filter((a) => refusal(a.address) === undefined);
+  if (allowed.length === 0) throw new RefusedAddressError(hostname, addresses.map((a) => refusal(a.address)!));
+  return allowed;
+}
