@@ -587,6 +587,54 @@ describe("when the processor or the clock get in the way", () => {
     expect(await openHoldRows(id)).toEqual([]);
   });
 
+  it("answers a losing attempt 409 though the processor's void never answers, and leaves its hold to the capture job", async () => {
+    const id = await createLink();
+    const clock = testClock(stack.clock.now());
+    const sandbox = createSandboxProcessor();
+    const racing: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        await paymentsWith(sandbox, clock).complete(bankTransfer(id));
+        return sandbox.authorize(req);
+      },
+      void: () => new Promise<void>(() => {}),
+    };
+    const err = await paymentsWith(racing, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
+    expect(await openHoldOf(id)).toMatch(/^hold-/);
+  });
+
+  it("makes a retry with the same key wait for the try still running, and answers it that try's payment: never a second authorization", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    let release!: () => void;
+    const answering = new Promise<void>((resolve) => (release = resolve));
+    let asked = 0;
+    // An issuer that declines a second hold while the first is open: asked
+    // again, the customer would be told "declined" for a payment that goes through.
+    const issuer: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        if (++asked > 1) return { approved: false };
+        await answering;
+        return sandbox.authorize(req);
+      },
+    };
+    const payments = paymentsWith(issuer);
+    const request = create(CompletePaymentRequestSchema, { ...bankTransfer(id), idempotencyKey: "retried-while-running" });
+    const first = payments.complete(request);
+    await expect.poll(() => asked).toBe(1);
+    // The first try's answer lost, the page retries with its key.
+    const retry = payments.complete(request);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(asked).toBe(1);
+    release();
+    const [paid, replayed] = await Promise.all([first, retry]);
+    expect(replayed).toMatchObject({ paymentId: paid.paymentId, replayed: true });
+    expect(asked).toBe(1);
+    expect(await paymentRows(id)).toHaveLength(1);
+  });
+
   it("lets no payment through whose hold the capture job released before it committed", async () => {
     const id = await createLink();
     const clock = testClock(stack.clock.now());

@@ -5,8 +5,11 @@
 // gives it back when it ends without failing, so that attempts sent together
 // cannot all pass before any has failed: while running ones fill the room,
 // the next waits for one to end. One that never ends (its LinkService killed
-// mid-attempt) counts as failed once RUNNING_MAX_MS have passed.
-import { randomUUID } from "node:crypto";
+// mid-attempt) counts as failed once RUNNING_MAX_MS have passed. Two
+// attempts with one idempotency key never run at once while the first's
+// LinkService is there: the second is a retry of the first, whose outcome
+// is its answer; a retry of one whose LinkService died goes ahead.
+import { createHash } from "node:crypto";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import { paymentAttemptsExceeded } from "../shared/rpc-errors.js";
@@ -28,28 +31,34 @@ export interface Attempt {
   end(): Promise<void>;
 }
 
+/**
+ * Why an attempt cannot start yet (ask again shortly): attempts running now
+ * fill the link's room, or one with the same idempotency key is running.
+ */
+export type Wait = "room" | "same key";
+
 export interface Attempts {
   /**
-   * Starts an attempt on the link; undefined while attempts running now
-   * fill its room (ask again shortly). Throws RESOURCE_EXHAUSTED
-   * (PAYMENT_ATTEMPTS_EXCEEDED) while the link is locked.
+   * Starts an attempt on the link, or says why it must wait. Throws
+   * RESOURCE_EXHAUSTED (PAYMENT_ATTEMPTS_EXCEEDED) while the link is locked.
    */
-  begin(linkId: string): Promise<Attempt | undefined>;
+  begin(linkId: string, idempotencyKey?: string): Promise<Attempt | Wait>;
 }
 
 export function createAttempts({ db, clock, logger }: { db: Db; clock: Clock; logger: Logger }): Attempts {
   return {
-    async begin(linkId) {
+    async begin(linkId, idempotencyKey) {
       const now = clock.now();
-      const attemptId = randomUUID();
+      // A digest: keys are the customer's (up to 255 characters of anything).
+      const keyTag = idempotencyKey === undefined ? undefined : createHash("sha256").update(idempotencyKey).digest("base64url");
       const room = await failures.reserveAttempt(
         db,
-        { linkId, attemptId, at: now },
+        { linkId, keyTag, at: now },
         { since: new Date(now.getTime() - WINDOW_MS), runningSince: new Date(now.getTime() - RUNNING_MAX_MS), max: MAX_FAILURES },
       );
-      if (room.reserved) return attempt(linkId, attemptId);
+      if (room.reserved) return attempt(linkId, room.attemptId);
       if (room.lockedBy) throw paymentAttemptsExceeded((room.lockedBy.getTime() + WINDOW_MS - now.getTime()) / 1000);
-      return undefined;
+      return room.sameKey ? "same key" : "room";
     },
   };
 

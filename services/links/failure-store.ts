@@ -1,15 +1,17 @@
 // Payment attempts that count against a link, in PostgreSQL so that every
 // LinkService copy counts the same attempts. Each query takes the database
 // or a transaction.
+import { randomUUID } from "node:crypto";
 import { and, desc, eq, gt, lte, sql } from "drizzle-orm";
 import type { Db, Executor } from "./db.js";
 import { paymentFailures } from "./schema.js";
 
 /**
  * Room for the attempt; or none: locked by the failure at `lockedBy`, or,
- * without it, until an attempt running now ends.
+ * without it, until an attempt running now ends (`sameKey`: one with the
+ * same idempotency key).
  */
-export type Reservation = { reserved: true } | { reserved: false; lockedBy?: Date };
+export type Reservation = { reserved: true; attemptId: string } | { reserved: false; lockedBy?: Date; sameKey?: true };
 
 /**
  * Counts an attempt against the link from its start, if fewer than `max`
@@ -21,15 +23,15 @@ export type Reservation = { reserved: true } | { reserved: false; lockedBy?: Dat
  */
 export function reserveAttempt(
   db: Db,
-  attempt: { linkId: string; attemptId: string; at: Date },
+  attempt: { linkId: string; keyTag?: string; at: Date },
   { since, runningSince, max }: { since: Date; runningSince: Date; max: number },
 ): Promise<Reservation> {
   return db.transaction(async (tx): Promise<Reservation> => {
     // Not the link's row: pay's own transaction, expiry and the sweeper lock
     // that one. Tried, not waited for: a pay that finds it taken waits as
     // for a full room, without holding a pooled connection meanwhile.
-    const [lock] = await tx.execute<{ taken: boolean }>(
-      sql`SELECT pg_try_advisory_xact_lock(hashtextextended(${`paylink.attempts:${attempt.linkId}`}, 0)) AS taken`,
+    const [lock] = await tx.execute<{ taken: boolean; pid: number }>(
+      sql`SELECT pg_try_advisory_xact_lock(hashtextextended(${`paylink.attempts:${attempt.linkId}`}, 0)) AS taken, pg_backend_pid() AS pid`,
     );
     if (!lock?.taken) return { reserved: false };
     const counted = await tx
@@ -38,11 +40,34 @@ export function reserveAttempt(
       .where(and(eq(paymentFailures.linkId, attempt.linkId), gt(paymentFailures.failedAt, since)))
       .orderBy(desc(paymentFailures.failedAt));
     const failed = counted.filter((row) => row.attemptId === null || row.at.getTime() <= runningSince.getTime());
+    if (attempt.keyTag && (await sameKeyRunning(tx, attempt.keyTag, counted, runningSince))) return { reserved: false, sameKey: true };
     if (failed.length >= max) return { reserved: false, lockedBy: failed[max - 1]!.at };
     if (counted.length >= max) return { reserved: false };
-    await tx.insert(paymentFailures).values({ linkId: attempt.linkId, failedAt: attempt.at, attemptId: attempt.attemptId });
-    return { reserved: true };
+    // Its key's tag and the PostgreSQL session that reserved it: while that
+    // session lives, so does the LinkService running the attempt (its pool
+    // keeps it), which a kill -9 or a lost machine ends at once.
+    const attemptId = [attempt.keyTag ?? "", lock.pid, randomUUID()].join("/");
+    await tx.insert(paymentFailures).values({ linkId: attempt.linkId, failedAt: attempt.at, attemptId });
+    return { reserved: true, attemptId };
   });
+}
+
+/** Whether an attempt with this key tag is running, in a LinkService that is still there. */
+async function sameKeyRunning(
+  tx: Executor,
+  keyTag: string,
+  counted: { at: Date; attemptId: string | null }[],
+  runningSince: Date,
+): Promise<boolean> {
+  const sessions = counted
+    .filter((row) => row.attemptId?.startsWith(`${keyTag}/`) && row.at.getTime() > runningSince.getTime())
+    .map((row) => Number(row.attemptId!.split("/")[1]))
+    .filter(Number.isSafeInteger);
+  if (sessions.length === 0) return false;
+  const live = await tx.execute<{ pid: number }>(
+    sql`SELECT pid FROM pg_stat_activity WHERE pid IN (${sql.join(sessions.map((pid) => sql`${pid}`), sql`, `)})`,
+  );
+  return live.length > 0;
 }
 
 /** The attempt failed: it counts for good. */

@@ -51,6 +51,14 @@ export const HOLD_RELEASE_AFTER_MS = 5 * 60_000;
 // the link's attempts, and for how long in all before it answers 429.
 const ATTEMPT_WAIT_MS = 50;
 const ATTEMPT_WAIT_LIMIT_MS = 10_000;
+// A retry waits this long for the try with its key to end (it may be
+// authorizing for up to AUTHORIZE_TIMEOUT_MS), then answers UNAVAILABLE:
+// the outcome is not known yet, and a later retry is told it.
+const SAME_KEY_WAIT_LIMIT_MS = AUTHORIZE_TIMEOUT_MS + 5_000;
+// The processor gets this long to void a hold the attempt does not keep; a
+// void that does not answer leaves the hold to the capture job, and the
+// customer's answer (a 409) never waits on it longer.
+const VOID_TIMEOUT_MS = 5_000;
 
 export interface PaymentsDeps {
   db: Db;
@@ -81,7 +89,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
       // The link's own state answers before the lock against card testing: a
       // used link is 409 and an expired one 410 whatever failed on it before,
       // and nothing tried on a link that cannot be paid counts against it.
-      const waitUntil = Date.now() + ATTEMPT_WAIT_LIMIT_MS;
+      const key = paymentKeyOf(req);
+      const started = Date.now();
       for (;;) {
         const row = await store.findLink(db, req.linkId);
         if (!row) throw linkNotFound();
@@ -92,8 +101,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
           if (earlier) return earlier;
           throw refused;
         }
-        const attempt = await attempts.begin(row.id);
-        if (attempt) {
+        const attempt = await attempts.begin(row.id, key);
+        if (typeof attempt !== "string") {
           try {
             // The caller may have given up while the room was being taken.
             signal?.throwIfAborted();
@@ -103,9 +112,17 @@ export function createPayments(deps: PaymentsDeps): Payments {
           }
         }
         // Attempts running now fill the link's room: when one ends, the link
-        // may be paid, or locked, or have room. A caller that gave up is not
-        // paid for later, and none waits past the limit.
-        if (Date.now() >= waitUntil) throw paymentAttemptsExceeded(1);
+        // may be paid, or locked, or have room. A try with this key is
+        // running: this is its retry, never a second authorization (an issuer
+        // could decline it for the first one's hold, and the customer be
+        // told "declined" for a payment that goes through); when it ends,
+        // its payment is replayed here, or, if it paid nothing, this tries.
+        // A caller that gave up is not paid for later, and none waits past its limit.
+        if (attempt === "same key") {
+          if (Date.now() - started >= SAME_KEY_WAIT_LIMIT_MS) throw processorUnavailable();
+        } else if (Date.now() - started >= ATTEMPT_WAIT_LIMIT_MS) {
+          throw paymentAttemptsExceeded(1);
+        }
         await new Promise((resolve) => setTimeout(resolve, ATTEMPT_WAIT_MS * (0.5 + Math.random())));
         signal?.throwIfAborted();
       }
@@ -297,7 +314,7 @@ function keyOf(pair: string): string | undefined {
  */
 async function voidQuietly(processor: PaymentProcessor, authorizationId: string, logger: Logger): Promise<boolean> {
   try {
-    await processor.void(authorizationId);
+    await withTimeout(processor.void(authorizationId), VOID_TIMEOUT_MS, "the processor's void");
     return true;
   } catch (err) {
     logger.error({ err, authorizationId }, "void failed for an attempt that did not use the link; the capture job will release it");
