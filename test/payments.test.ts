@@ -296,6 +296,21 @@ describe("when the processor or the clock get in the way", () => {
     }) as typeof stack.db;
 
   /**
+   * The processor of a pay that read the link as live and loses it: another
+   * pays it while this one authorizes. `voids` is what its void does.
+   */
+  function losingTo(id: string, sandbox: PaymentProcessor, clock: ReturnType<typeof testClock>, voids: PaymentProcessor["void"]): PaymentProcessor {
+    return {
+      ...sandbox,
+      authorize: async (req) => {
+        await paymentsWith(sandbox, clock).complete(bankTransfer(id));
+        return sandbox.authorize(req);
+      },
+      void: voids,
+    };
+  }
+
+  /**
    * A pay whose authorize answers only after the capture job's release pass
    * (answeringLate): it must not go through. 503, no payment, its hold voided.
    */
@@ -563,15 +578,7 @@ describe("when the processor or the clock get in the way", () => {
     const id = await createLink();
     const clock = testClock(stack.clock.now());
     const sandbox = createSandboxProcessor();
-    // The loser read the link as live; the winner pays while the loser's processor authorizes.
-    const racing: PaymentProcessor = {
-      ...sandbox,
-      authorize: async (req) => {
-        await paymentsWith(sandbox, clock).complete(bankTransfer(id));
-        return sandbox.authorize(req);
-      },
-      void: async () => Promise.reject(new Error("processor timeout")),
-    };
+    const racing = losingTo(id, sandbox, clock, async () => Promise.reject(new Error("processor timeout")));
     const err = await paymentsWith(racing, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
     const [winner] = await paymentRows(id);
@@ -591,14 +598,7 @@ describe("when the processor or the clock get in the way", () => {
     const id = await createLink();
     const clock = testClock(stack.clock.now());
     const sandbox = createSandboxProcessor();
-    const racing: PaymentProcessor = {
-      ...sandbox,
-      authorize: async (req) => {
-        await paymentsWith(sandbox, clock).complete(bankTransfer(id));
-        return sandbox.authorize(req);
-      },
-      void: () => new Promise<void>(() => {}),
-    };
+    const racing = losingTo(id, sandbox, clock, () => new Promise<void>(() => {}));
     const err = await paymentsWith(racing, clock).complete(bankTransfer(id)).catch((e: unknown) => e);
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_USED");
     expect(await openHoldOf(id)).toMatch(/^hold-/);
