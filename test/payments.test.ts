@@ -4,6 +4,7 @@ import { create, fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { eq } from "drizzle-orm";
+import postgres from "postgres";
 import { pino } from "pino";
 import { httpErrorFromRpc } from "../gateway/errors.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -624,6 +625,12 @@ describe("when the processor or the clock get in the way", () => {
     const request = create(CompletePaymentRequestSchema, { ...bankTransfer(id), idempotencyKey: "retried-while-running" });
     const first = payments.complete(request);
     await expect.poll(() => asked).toBe(1);
+    // The session that reserved the first try's place ends (the pool recycles
+    // connections): the try runs on, and must still be waited for.
+    const [reserved] = await stack.db.select().from(paymentFailures).where(eq(paymentFailures.linkId, id));
+    const admin = postgres(database.url, { max: 1, onnotice: () => {} });
+    await admin`SELECT pg_terminate_backend(${Number(reserved!.attemptId!.split("/")[1])})`;
+    await admin.end();
     // The first try's answer lost, the page retries with its key.
     const retry = payments.complete(request);
     await new Promise((resolve) => setTimeout(resolve, 300));

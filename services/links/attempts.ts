@@ -6,9 +6,9 @@
 // cannot all pass before any has failed: while running ones fill the room,
 // the next waits for one to end. One that never ends (its LinkService killed
 // mid-attempt) counts as failed once RUNNING_MAX_MS have passed. Two
-// attempts with one idempotency key never run at once while the first's
-// LinkService is there: the second is a retry of the first, whose outcome
-// is its answer; a retry of one whose LinkService died goes ahead.
+// attempts with one idempotency key never run at once while the first may
+// still be authorizing or committing: the second is a retry of the first,
+// whose outcome is its answer.
 import { createHash } from "node:crypto";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
@@ -21,6 +21,9 @@ export const WINDOW_MS = 3_600_000;
 // As long as a pay may still be running: past it, its hold may be released
 // and it can no longer commit (HOLD_RELEASE_AFTER_MS in payments.ts).
 const RUNNING_MAX_MS = 5 * 60_000;
+// An attempt this young may still be authorizing (pay gives the processor
+// 20 s), whether or not its LinkService is still there: a retry with its key waits.
+export const SURELY_RUNNING_MS = 25_000;
 
 export interface Attempt {
   /** Runs a step; a refusal it throws that `counts` makes the attempt a failed one. */
@@ -54,7 +57,12 @@ export function createAttempts({ db, clock, logger }: { db: Db; clock: Clock; lo
       const room = await failures.reserveAttempt(
         db,
         { linkId, keyTag, at: now },
-        { since: new Date(now.getTime() - WINDOW_MS), runningSince: new Date(now.getTime() - RUNNING_MAX_MS), max: MAX_FAILURES },
+        {
+          since: new Date(now.getTime() - WINDOW_MS),
+          runningSince: new Date(now.getTime() - RUNNING_MAX_MS),
+          surelySince: new Date(now.getTime() - SURELY_RUNNING_MS),
+          max: MAX_FAILURES,
+        },
       );
       if (room.reserved) return attempt(linkId, room.attemptId);
       if (room.lockedBy) throw paymentAttemptsExceeded((room.lockedBy.getTime() + WINDOW_MS - now.getTime()) / 1000);

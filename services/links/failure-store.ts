@@ -24,7 +24,7 @@ export type Reservation = { reserved: true; attemptId: string } | { reserved: fa
 export function reserveAttempt(
   db: Db,
   attempt: { linkId: string; keyTag?: string; at: Date },
-  { since, runningSince, max }: { since: Date; runningSince: Date; max: number },
+  { since, runningSince, surelySince, max }: { since: Date; runningSince: Date; surelySince: Date; max: number },
 ): Promise<Reservation> {
   return db.transaction(async (tx): Promise<Reservation> => {
     // Not the link's row: pay's own transaction, expiry and the sweeper lock
@@ -40,29 +40,33 @@ export function reserveAttempt(
       .where(and(eq(paymentFailures.linkId, attempt.linkId), gt(paymentFailures.failedAt, since)))
       .orderBy(desc(paymentFailures.failedAt));
     const failed = counted.filter((row) => row.attemptId === null || row.at.getTime() <= runningSince.getTime());
-    if (attempt.keyTag && (await sameKeyRunning(tx, attempt.keyTag, counted, runningSince))) return { reserved: false, sameKey: true };
+    if (attempt.keyTag && (await sameKeyRunning(tx, attempt.keyTag, counted, { runningSince, surelySince }))) {
+      return { reserved: false, sameKey: true };
+    }
     if (failed.length >= max) return { reserved: false, lockedBy: failed[max - 1]!.at };
     if (counted.length >= max) return { reserved: false };
-    // Its key's tag and the PostgreSQL session that reserved it: while that
-    // session lives, so does the LinkService running the attempt (its pool
-    // keeps it), which a kill -9 or a lost machine ends at once.
+    // Its key's tag and the PostgreSQL session that reserved it (see sameKeyRunning).
     const attemptId = [attempt.keyTag ?? "", lock.pid, randomUUID()].join("/");
     await tx.insert(paymentFailures).values({ linkId: attempt.linkId, failedAt: attempt.at, attemptId });
     return { reserved: true, attemptId };
   });
 }
 
-/** Whether an attempt with this key tag is running, in a LinkService that is still there. */
+/**
+ * Whether an attempt with this key tag is running: one younger than
+ * `surelySince` (it may still be authorizing, and a dead LinkService's cannot
+ * be told from a slow processor's), or an older one whose reserving
+ * PostgreSQL session is still there (its LinkService's pool keeps it).
+ */
 async function sameKeyRunning(
   tx: Executor,
   keyTag: string,
   counted: { at: Date; attemptId: string | null }[],
-  runningSince: Date,
+  { runningSince, surelySince }: { runningSince: Date; surelySince: Date },
 ): Promise<boolean> {
-  const sessions = counted
-    .filter((row) => row.attemptId?.startsWith(`${keyTag}/`) && row.at.getTime() > runningSince.getTime())
-    .map((row) => Number(row.attemptId!.split("/")[1]))
-    .filter(Number.isSafeInteger);
+  const running = counted.filter((row) => row.attemptId?.startsWith(`${keyTag}/`) && row.at.getTime() > runningSince.getTime());
+  if (running.some((row) => row.at.getTime() > surelySince.getTime())) return true;
+  const sessions = running.map((row) => Number(row.attemptId!.split("/")[1])).filter(Number.isSafeInteger);
   if (sessions.length === 0) return false;
   const live = await tx.execute<{ pid: number }>(
     sql`SELECT pid FROM pg_stat_activity WHERE pid IN (${sql.join(sessions.map((pid) => sql`${pid}`), sql`, `)})`,

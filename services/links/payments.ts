@@ -22,7 +22,7 @@ import {
   processorNotConfigured,
   processorUnavailable,
 } from "../shared/rpc-errors.js";
-import { type Attempt, type Attempts, createAttempts } from "./attempts.js";
+import { type Attempt, type Attempts, createAttempts, SURELY_RUNNING_MS } from "./attempts.js";
 import { captureAndRecord } from "./captures.js";
 import { cardBrand, isCardRefusal, validateCard } from "./card.js";
 import type { Db } from "./db.js";
@@ -52,9 +52,10 @@ export const HOLD_RELEASE_AFTER_MS = 5 * 60_000;
 const ATTEMPT_WAIT_MS = 50;
 const ATTEMPT_WAIT_LIMIT_MS = 10_000;
 // A retry waits this long for the try with its key to end (it may be
-// authorizing for up to AUTHORIZE_TIMEOUT_MS), then answers UNAVAILABLE:
-// the outcome is not known yet, and a later retry is told it.
-const SAME_KEY_WAIT_LIMIT_MS = AUTHORIZE_TIMEOUT_MS + 5_000;
+// authorizing for up to AUTHORIZE_TIMEOUT_MS; past SURELY_RUNNING_MS a dead
+// one no longer holds it up), then answers UNAVAILABLE: the outcome is not
+// known yet, and a later retry is told it.
+const SAME_KEY_WAIT_LIMIT_MS = SURELY_RUNNING_MS + 2_000;
 // The processor gets this long to void a hold the attempt does not keep; a
 // void that does not answer leaves the hold to the capture job, and the
 // customer's answer (a 409) never waits on it longer.
@@ -91,6 +92,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
       // and nothing tried on a link that cannot be paid counts against it.
       const key = paymentKeyOf(req);
       const started = Date.now();
+      // The wait for room starts over after a wait for the try with this key:
+      // that one was no failure of this customer's.
+      let roomSince = started;
       for (;;) {
         const row = await store.findLink(db, req.linkId);
         if (!row) throw linkNotFound();
@@ -120,7 +124,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
         // A caller that gave up is not paid for later, and none waits past its limit.
         if (attempt === "same key") {
           if (Date.now() - started >= SAME_KEY_WAIT_LIMIT_MS) throw processorUnavailable();
-        } else if (Date.now() - started >= ATTEMPT_WAIT_LIMIT_MS) {
+          roomSince = Date.now();
+        } else if (Date.now() - roomSince >= ATTEMPT_WAIT_LIMIT_MS) {
           throw paymentAttemptsExceeded(1);
         }
         await new Promise((resolve) => setTimeout(resolve, ATTEMPT_WAIT_MS * (0.5 + Math.random())));
