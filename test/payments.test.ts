@@ -16,7 +16,7 @@ import {
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createCaptureRetrier, RELEASE_RETRY_MS } from "../services/links/captures.js";
-import { createAttempts } from "../services/links/attempts.js";
+import { type Attempts, createAttempts } from "../services/links/attempts.js";
 import { createPayments, HOLD_RELEASE_AFTER_MS } from "../services/links/payments.js";
 import { createSandboxProcessor, type PaymentProcessor } from "../services/links/processor.js";
 import { deliveries, links, openHolds, outbox, paymentFailures, payments } from "../services/links/schema.js";
@@ -641,6 +641,20 @@ describe("when the processor or the clock get in the way", () => {
     expect(asked).toBe(1);
     expect(await paymentRows(id)).toHaveLength(1);
   });
+
+  it("counts a wait for the try with its key apart from the wait for room: no 429 for a customer with no failures", async () => {
+    const id = await createLink();
+    const real = createAttempts({ db: stack.db, clock: stack.clock, logger: silent });
+    // The try with this key runs for 10.5 s (past the 10 s wait for room) and pays nothing; then the room is full once.
+    const until = Date.now() + 10_500;
+    let full = 1;
+    const attempts: Attempts = {
+      begin: async (linkId, key) => (Date.now() < until ? "same key" : full-- > 0 ? "room" : real.begin(linkId, key)),
+    };
+    const payments = createPayments({ db: stack.db, clock: stack.clock, processor: createSandboxProcessor(), logger: silent, onEventsCommitted: () => {}, attempts });
+    const paid = await payments.complete(create(CompletePaymentRequestSchema, { ...bankTransfer(id), idempotencyKey: "long-wait" }));
+    expect(paid.paymentId).toMatch(/^pay-/);
+  }, 20_000);
 
   it("lets no payment through whose hold the capture job released before it committed", async () => {
     const id = await createLink();
