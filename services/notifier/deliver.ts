@@ -203,11 +203,10 @@ function failure(err: Error): Outcome {
   const error = `${code ?? "error"}: ${err.message}`;
   const name = code && /^[A-Z0-9_]{1,64}$/.test(code) ? code : "unknown";
   let category = `network error (${name})`;
-  // getaddrinfo's, or c-ares's (queryA, queryAaaa: its ECONNREFUSED is the name server's, not the receiver's).
+  // getaddrinfo's, or a name server's silence (webhook-lookup.ts: ETIMEOUT from a query).
   if (syscall === "getaddrinfo" || syscall?.startsWith("query") || name === "ENOTFOUND" || name.startsWith("EAI_")) {
     category = `DNS lookup failed (${name})`;
-  }
-  else if (name === "ECONNREFUSED") category = "connection refused";
+  } else if (name === "ECONNREFUSED") category = "connection refused";
   else if (/^ERR_(TLS|SSL)_|CERT|^UNABLE_TO_|^EPROTO$/.test(name)) category = `TLS error (${name})`;
   return { kind: "failed", error, category };
 }

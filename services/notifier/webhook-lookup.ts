@@ -22,8 +22,6 @@ export interface WebhookLookupOptions {
   keep?: (addresses: dns.LookupAddress[], hostname: string) => dns.LookupAddress[];
   /** Default: systemResolve(). */
   resolve?: Resolve;
-  /** For names DNS does not hold. Default: dns.lookup. */
-  fallback?: typeof dns.lookup;
 }
 
 /** The whole lookup, both families and every name server, within half the attempt's 10 s. */
@@ -43,11 +41,10 @@ export function systemResolve(servers?: string[]): Resolve {
 
 export function createWebhookLookup(opts: WebhookLookupOptions = {}): LookupFunction {
   const resolve = opts.resolve ?? systemResolve();
-  const fallback = opts.fallback ?? dns.lookup;
 
   const fromSystem = (hostname: string, family: number) =>
     new Promise<dns.LookupAddress[]>((resolve, reject) =>
-      fallback(hostname, { family, all: true }, (err, all) => (err ? reject(err) : resolve(all))),
+      dns.lookup(hostname, { family, all: true }, (err, all) => (err ? reject(err) : resolve(all))),
     );
 
   async function addresses(hostname: string, family: number): Promise<dns.LookupAddress[]> {
