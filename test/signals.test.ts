@@ -14,8 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { NODE_FLAGS } from "../services/dev/node-flags.js";
 import { createDatabase } from "./support/database.js";
-import { freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
-import { canConnect, ENTRIES, type Role, ROOT, spawnRole, startServices, waitReady } from "./support/processes.js";
+import { canConnect, freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
+import { ENTRIES, type Proc, type Role, ROOT, spawnRole, startServices, waitReady } from "./support/processes.js";
 
 const read = (file: string) => readFileSync(path.join(ROOT, file), "utf8");
 
@@ -411,6 +411,10 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  // npmStart waits up to 30 s for "ready", then a stop up to 20 s: the test's own limit must
+  // leave room for both, or a slow start reads as a bare timeout instead of the wait that failed.
+  const START_AND_STOP = { timeout: 60_000 };
+
   /**
    * `npm start` (start.js) on free ports, with a database and NATS names of
    * its own: the tests above leave events (a delivery cut by their SIGKILL
@@ -424,6 +428,17 @@ describe("SIGTERM under load", () => {
       throw err;
     });
     return { start, own, gatewayPort, linksPort, notifierPort };
+  }
+
+  /** Waits for npm start's services to leave their ports; if they do not, says which still listen and what they printed. */
+  async function waitClosed(start: Proc, ports: Record<string, number>) {
+    let listening: string[] = [];
+    const check = async () => {
+      const open = await Promise.all(Object.values(ports).map(canConnect));
+      listening = Object.keys(ports).filter((_, i) => open[i]);
+      return listening.length === 0;
+    };
+    await waitFor(check, 20_000, () => `${listening.join(", ")} still listening; npm start's output: ${start.output().slice(-4000)}`);
   }
 
   /** start.js, just spawned, on five free ports. */
@@ -515,7 +530,7 @@ describe("SIGTERM under load", () => {
   it("`npm start` refuses port 0 for a service, which it could not wait on, naming the setting", () =>
     expectRefusedAtStart("paylink_start_zero", { GATEWAY_PORT: "0" }, "GATEWAY_PORT must be a port from 1 to 65535 for npm start, which waits on it; got 0"));
 
-  it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", async () => {
+  it("a second Ctrl-C stops `npm start` at once and leaves none of its processes running", START_AND_STOP, async () => {
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_twice");
     // A request whose body never comes keeps the gateway's drain, and so the ordered stop, waiting.
     let held: net.Socket | undefined;
@@ -529,7 +544,7 @@ describe("SIGTERM under load", () => {
       held.destroy();
       held = undefined;
       // Every service got its SIGTERM as npm start exited, and drains on its own.
-      await waitFor(async () => !(await Promise.all([gatewayPort, linksPort, notifierPort].map(canConnect))).some(Boolean), 20_000);
+      await waitClosed(start, { gateway: gatewayPort, links: linksPort, notifier: notifierPort });
     } finally {
       held?.destroy();
       start.signal("SIGKILL");
@@ -538,19 +553,19 @@ describe("SIGTERM under load", () => {
     }
   });
 
-  it("`npm start` killed outright (SIGKILL) leaves none of its services running: each drains as its channel to it closes", async () => {
+  it("`npm start` killed outright (SIGKILL) leaves none of its services running: each drains as its channel to it closes", START_AND_STOP, async () => {
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start_killed");
     try {
       start.signal("SIGKILL");
       await start.exited;
       // They had gone on serving as orphans, and the next `npm start` found its own ports taken.
-      await waitFor(async () => !(await Promise.all([gatewayPort, linksPort, notifierPort].map(canConnect))).some(Boolean), 20_000);
+      await waitClosed(start, { gateway: gatewayPort, links: linksPort, notifier: notifierPort });
     } finally {
       await own.drop();
     }
   });
 
-  it("`npm start` drains its three services on Ctrl-C and exits 0; with CPU_PROF_DIR each leaves a CPU profile", async () => {
+  it("`npm start` drains its three services on Ctrl-C and exits 0; with CPU_PROF_DIR each leaves a CPU profile", START_AND_STOP, async () => {
     const profiles = mkdtempSync(path.join(tmpdir(), "paylink-prof-"));
     // "ready" once all three are (the notifier consuming): a Ctrl-C then finds each one running.
     const { start, own, gatewayPort, linksPort, notifierPort } = await npmStart("paylink_start", {

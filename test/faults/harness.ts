@@ -7,9 +7,9 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import postgres from "postgres";
 import { startNatsCluster, type NatsCluster } from "../support/nats-cluster.js";
-import { freePort, startNatsServer, type NatsServer, waitFor } from "../support/nats.js";
+import { canConnect, freePort, startNatsServer, type NatsServer, waitFor } from "../support/nats.js";
 import { type PrivatePostgres, startPrivatePostgres } from "../support/private-postgres.js";
-import { canConnect, type Proc, type Role, spawnRole, waitReady } from "../support/processes.js";
+import { type Proc, type Role, spawnRole, waitReady } from "../support/processes.js";
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

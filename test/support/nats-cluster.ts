@@ -6,8 +6,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { connect } from "nats";
-import { canConnect } from "./processes.js";
-import { freePort, waitFor } from "./nats.js";
+import { canConnect, freePort, waitFor } from "./nats.js";
 
 const BINARY =
   process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");

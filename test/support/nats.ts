@@ -83,12 +83,18 @@ export function uniqueTopology(): Topology {
   };
 }
 
-function canConnect(port: number): Promise<boolean> {
+/**
+ * Whether something listens on `port`. A connection from the port to itself
+ * is not a listener: Linux can pick the very port being dialled as the
+ * connection's own when nothing listens there (a "self-connect").
+ */
+export function canConnect(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect(port, "127.0.0.1");
     socket.once("connect", () => {
+      const self = socket.localPort === port;
       socket.destroy();
-      resolve(true);
+      resolve(!self);
     });
     socket.once("error", () => resolve(false));
   });

@@ -3,10 +3,9 @@
 // real. The global setup builds dist/ when the sources are newer.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { freePort, waitFor } from "./nats.js";
+import { canConnect, freePort, waitFor } from "./nats.js";
 import { NODE_FLAGS } from "../../services/dev/node-flags.js";
 
 export const ROOT = path.resolve(fileURLToPath(new URL("../..", import.meta.url)));
@@ -60,16 +59,6 @@ export function spawnRole(role: Role, env: Record<string, string>, command: stri
   };
 }
 
-export function canConnect(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, "127.0.0.1");
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once("error", () => resolve(false));
-  });
-}
 
 export async function waitListening(proc: Proc, port: number, timeoutMs = 20_000): Promise<void> {
   await waitFor(
