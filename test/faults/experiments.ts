@@ -31,10 +31,23 @@ const WEBHOOKS_AFTER_NOTIFIER_KILL_MS = 100_000;
 
 async function withDeployment(opts: Parameters<typeof deploy>[0], body: (d: Deployment) => Promise<Row>): Promise<Row> {
   const d = await deploy(opts);
+  let failed = true;
   try {
-    return await body(d);
+    const result = await body(d);
+    failed = result.failures.length > 0;
+    return result;
   } finally {
+    if (failed) printOutputs(d);
     await d.close();
+  }
+}
+
+/** What each process of a failed row printed (at LOG_LEVEL, warn unless the run sets it), for CI's log. */
+function printOutputs(d: Deployment) {
+  for (const proc of d.started) {
+    // The last lines, each cut short: a line can carry a whole stack.
+    const lines = proc.output().trim().split("\n").filter(Boolean).slice(-30).map((line) => line.slice(0, 1_500));
+    process.stderr.write(`    --- ${proc.role} (pid ${proc.pid}) printed${lines.length ? `:\n${lines.join("\n")}` : " nothing"}\n`);
   }
 }
 

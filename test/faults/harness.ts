@@ -68,6 +68,8 @@ export interface Deployment {
   receiver: Receiver;
   /** Running copies by role. */
   procs: Record<Role, (Proc | undefined)[]>;
+  /** Every process started, running or not, in order: what they printed explains a failed row. */
+  started: Proc[];
   ports: Record<Role, number[]>;
   env: Record<string, string>;
   gatewayUrl(i?: number): string;
@@ -98,8 +100,11 @@ export async function deploy(opts: { copies?: number; cluster?: boolean; receive
     NATS_STREAM_REPLICAS: cluster ? "3" : "1",
     WEBHOOK_RETRY_SCHEDULE: "1s,2s,4s,8s,16s",
     WEBHOOK_RECONCILE_AFTER: "30s",
+    // `LOG_LEVEL=info npm run test:faults` makes a failed row's output (below) say more.
+    LOG_LEVEL: process.env.LOG_LEVEL ?? "warn",
   };
   const procs: Record<Role, (Proc | undefined)[]> = { links: [], gateway: [], notifier: [] };
+  const started: Proc[] = [];
   const sql = postgres(pg.url, { max: 2, onnotice: () => {} });
 
   const d: Deployment = {
@@ -109,6 +114,7 @@ export async function deploy(opts: { copies?: number; cluster?: boolean; receive
     single,
     receiver,
     procs,
+    started,
     ports,
     env,
     sql,
@@ -125,6 +131,7 @@ export async function deploy(opts: { copies?: number; cluster?: boolean; receive
       };
       const proc = spawnRole(role, own);
       procs[role][i] = proc;
+      started.push(proc);
       if (role === "links") await waitFor(() => canConnect(ports.links[i]!), 30_000, () => proc.output());
       const explain = (err: unknown) => {
         throw new Error(`${role} ${i} never became ready: ${String(err)}\n${proc.output().slice(-3000)}`);
