@@ -268,4 +268,45 @@ describe("a hold the LinkService was killed holding", () => {
     expect(paid.status).toBe(200);
     expect(await holdsOf()).toEqual([]);
   });
+
+  it("five attempts its kill -9 cut short give their places back: a good card pays at once, neither 429 nor a wait for room", async () => {
+    const created = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    // As above: five pays authorized, each waiting on the link's row held by the test, fill the link's five places.
+    const blocker = await sql.reserve();
+    try {
+      await blocker`begin`;
+      await blocker`select 1 from links where id = ${id} for no key update`;
+      const paying = Array.from({ length: 5 }, () => pay(services.gatewayUrl, id, { payment_method: "card", card: CARD }));
+      await waitFor(
+        async () =>
+          (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update "links"%'`)
+            .length === 5,
+        10_000,
+        () => "the five pays' transactions never all waited on the link",
+      );
+      services.links.signal("SIGKILL");
+      await services.links.exited;
+      expect((await Promise.all(paying)).map((answer) => answer.status)).toEqual([503, 503, 503, 503, 503]);
+    } finally {
+      await blocker`rollback`;
+      blocker.release();
+    }
+    // Their rows still hold the five places; 25 s on (the processor may have been authorizing until then), as the
+    // rows reckon. The killed process's PostgreSQL sessions end once they find their client gone.
+    const placesOf = () => sql<{ attempt_id: string | null }[]>`select attempt_id from payment_failures where link_id = ${id}`;
+    expect(await placesOf()).toHaveLength(5);
+    await sql`update payment_failures set failed_at = failed_at - interval '26 seconds' where link_id = ${id}`;
+    await services.startLinks();
+
+    let paid = await pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
+    for (let i = 0; i < 20 && paid.status === 503; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      paid = await pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
+    }
+    expect({ status: paid.status, body: paid.text }).toMatchObject({ status: 200 });
+    // Only the paying attempt's place is left, and it gave it back as it paid.
+    expect(await placesOf()).toEqual([]);
+  });
 });

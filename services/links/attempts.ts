@@ -4,8 +4,10 @@
 // stays created. An attempt takes its place among them from its start and
 // gives it back when it ends without failing, so that attempts sent together
 // cannot all pass before any has failed: while running ones fill the room,
-// the next waits for one to end. One that never ends (its LinkService killed
-// mid-attempt) counts as failed once RUNNING_MAX_MS have passed. Two
+// the next waits for one to end. One whose LinkService was killed
+// mid-attempt is forgotten once SURELY_RUNNING_MS have passed and its
+// PostgreSQL session is gone: the customer did nothing to lose it. One that
+// never ends otherwise counts as failed once RUNNING_MAX_MS have passed. Two
 // attempts with one idempotency key never run at once while the first may
 // still be authorizing or committing: the second is a retry of the first,
 // whose outcome is its answer.
@@ -86,7 +88,7 @@ export function createAttempts({ db, clock, logger }: { db: Db; clock: Clock; lo
       },
       failed: fail,
       async end() {
-        // Left running when this fails: it counts as failed once RUNNING_MAX_MS have passed.
+        // Left running when this fails: forgotten once its session is gone, else failed once RUNNING_MAX_MS have passed.
         await (failed ? failures.keepAttempt : failures.forgetAttempt)(db, linkId, attemptId).catch((err: unknown) =>
           logger.warn({ err, linkId }, "could not record the end of a payment attempt"),
         );

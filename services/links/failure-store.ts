@@ -2,7 +2,7 @@
 // LinkService copy counts the same attempts. Each query takes the database
 // or a transaction.
 import { randomUUID } from "node:crypto";
-import { and, desc, eq, gt, lte, sql } from "drizzle-orm";
+import { and, desc, eq, gt, inArray, lte, sql } from "drizzle-orm";
 import type { Db, Executor } from "./db.js";
 import { paymentFailures } from "./schema.js";
 
@@ -16,8 +16,10 @@ export type Reservation = { reserved: true; attemptId: string } | { reserved: fa
 /**
  * Counts an attempt against the link from its start, if fewer than `max`
  * attempts since `since` count: those that failed, and those still running.
- * A running one older than `runningSince` never ended (its LinkService was
- * killed) and counts as failed. One at a time per link (a transaction
+ * A running one that is over (see `overAttempts`) is forgotten: a customer
+ * must not find the link locked, nor wait for room, because our LinkService
+ * was killed mid-attempt. A running one older than `runningSince` never
+ * ended and counts as failed. One at a time per link (a transaction
  * advisory lock on its id), so that attempts arriving together cannot all
  * find room; one that finds the lock taken finds no room, for now.
  */
@@ -34,18 +36,25 @@ export function reserveAttempt(
       sql`SELECT pg_try_advisory_xact_lock(hashtextextended(${`paylink.attempts:${attempt.linkId}`}, 0)) AS taken, pg_backend_pid() AS pid`,
     );
     if (!lock?.taken) return { reserved: false };
-    const counted = await tx
+    const rows = await tx
       .select({ at: paymentFailures.failedAt, attemptId: paymentFailures.attemptId })
       .from(paymentFailures)
       .where(and(eq(paymentFailures.linkId, attempt.linkId), gt(paymentFailures.failedAt, since)))
       .orderBy(desc(paymentFailures.failedAt));
+    const over = await overAttempts(tx, rows, { runningSince, surelySince });
+    if (over.length > 0) {
+      await tx.delete(paymentFailures).where(and(eq(paymentFailures.linkId, attempt.linkId), inArray(paymentFailures.attemptId, over)));
+    }
+    const counted = rows.filter((row) => row.attemptId === null || !over.includes(row.attemptId));
     const failed = counted.filter((row) => row.attemptId === null || row.at.getTime() <= runningSince.getTime());
-    if (attempt.keyTag && (await sameKeyRunning(tx, attempt.keyTag, counted, { runningSince, surelySince }))) {
+    const running = counted.filter((row) => row.attemptId !== null && row.at.getTime() > runningSince.getTime());
+    // A retry waits for the try with its key, never authorizing beside it.
+    if (attempt.keyTag && running.some((row) => row.attemptId!.startsWith(`${attempt.keyTag}/`))) {
       return { reserved: false, sameKey: true };
     }
     if (failed.length >= max) return { reserved: false, lockedBy: failed[max - 1]!.at };
     if (counted.length >= max) return { reserved: false };
-    // Its key's tag and the PostgreSQL session that reserved it (see sameKeyRunning).
+    // Its key's tag and the PostgreSQL session that reserved it (see overAttempts).
     const attemptId = [attempt.keyTag ?? "", lock.pid, randomUUID()].join("/");
     await tx.insert(paymentFailures).values({ linkId: attempt.linkId, failedAt: attempt.at, attemptId });
     return { reserved: true, attemptId };
@@ -53,25 +62,27 @@ export function reserveAttempt(
 }
 
 /**
- * Whether an attempt with this key tag is running: one younger than
- * `surelySince` (it may still be authorizing, and a dead LinkService's cannot
- * be told from a slow processor's), or an older one whose reserving
- * PostgreSQL session is still there (its LinkService's pool keeps it).
+ * The running attempts (of those counted) that are over though they never
+ * said so: older than `surelySince` (younger, one may still be authorizing,
+ * and a dead LinkService's cannot be told from a slow processor's) and
+ * reserved by a PostgreSQL session that is gone, as a killed LinkService's
+ * are. A session still there means the attempt may still run: the pool
+ * keeps its connections, though it may recycle the one an attempt began on.
  */
-async function sameKeyRunning(
+async function overAttempts(
   tx: Executor,
-  keyTag: string,
-  counted: { at: Date; attemptId: string | null }[],
+  rows: { at: Date; attemptId: string | null }[],
   { runningSince, surelySince }: { runningSince: Date; surelySince: Date },
-): Promise<boolean> {
-  const running = counted.filter((row) => row.attemptId?.startsWith(`${keyTag}/`) && row.at.getTime() > runningSince.getTime());
-  if (running.some((row) => row.at.getTime() > surelySince.getTime())) return true;
-  const sessions = running.map((row) => Number(row.attemptId!.split("/")[1])).filter(Number.isSafeInteger);
-  if (sessions.length === 0) return false;
+): Promise<string[]> {
+  const suspects = rows.filter((row) => row.attemptId !== null && row.at.getTime() > runningSince.getTime() && row.at.getTime() <= surelySince.getTime());
+  const sessionOf = (attemptId: string) => Number(attemptId.split("/")[1]);
+  const sessions = [...new Set(suspects.map((row) => sessionOf(row.attemptId!)).filter(Number.isSafeInteger))];
+  if (sessions.length === 0) return [];
   const live = await tx.execute<{ pid: number }>(
     sql`SELECT pid FROM pg_stat_activity WHERE pid IN (${sql.join(sessions.map((pid) => sql`${pid}`), sql`, `)})`,
   );
-  return live.length > 0;
+  const alive = new Set(live.map((row) => Number(row.pid)));
+  return suspects.map((row) => row.attemptId!).filter((attemptId) => Number.isSafeInteger(sessionOf(attemptId)) && !alive.has(sessionOf(attemptId)));
 }
 
 /** The attempt failed: it counts for good. */
