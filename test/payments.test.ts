@@ -629,8 +629,13 @@ describe("when the processor or the clock get in the way", () => {
     // connections): the try runs on, and must still be waited for.
     const [reserved] = await stack.db.select().from(paymentFailures).where(eq(paymentFailures.linkId, id));
     const admin = postgres(database.url, { max: 1, onnotice: () => {} });
-    await admin`SELECT pg_terminate_backend(${Number(reserved!.attemptId!.split("/")[1])})`;
+    const session = Number(reserved!.attemptId!.split("/")[1]);
+    await admin`SELECT pg_terminate_backend(${session})`;
+    // Gone, and its end heard by the pool, before the retry's queries: one sent on it meanwhile fails as
+    // any query on a connection cut under it does (a 503), which is not what this test is about.
+    await expect.poll(async () => (await admin`SELECT 1 FROM pg_stat_activity WHERE pid = ${session}`).length).toBe(0);
     await admin.end();
+    await new Promise((resolve) => setTimeout(resolve, 50));
     // The first try's answer lost, the page retries with its key.
     const retry = payments.complete(request);
     await new Promise((resolve) => setTimeout(resolve, 300));
