@@ -212,29 +212,45 @@ describe("a hold the LinkService was killed holding", () => {
     await database?.drop();
   });
 
+  /**
+   * Holds the link's row, so that a pay's transaction waits on it after the
+   * processor has authorized: the moment a kill leaves a hold, and a place
+   * among the link's attempts, that no payment recorded. (NO KEY UPDATE lets
+   * the hold's row, whose foreign key only shares the link's key, be written
+   * meanwhile.)
+   */
+  async function holdLinkRow(id: string) {
+    const blocker = await sql.reserve();
+    await blocker`begin`;
+    await blocker`select 1 from links where id = ${id} for no key update`;
+    return {
+      async release() {
+        await blocker`rollback`;
+        blocker.release();
+      },
+    };
+  }
+
+  /** Until `n` pays' transactions wait on the held row. */
+  const paysWaiting = (n: number) =>
+    waitFor(
+      async () =>
+        (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update "links"%'`).length === n,
+      10_000,
+      () => `${n} pays' transactions never all waited on the link`,
+    );
+
   it("stays recorded through a kill -9 between authorize and commit, and the restarted LinkService releases it; the link stays payable", async () => {
     const created = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
     expect(created.status).toBe(201);
     const id = created.body.id as string;
     const holdsOf = () => sql<{ reference: string; releasing: boolean }[]>`select reference, releasing from open_holds where link_id = ${id}`;
 
-    // The test holds the link's row, so the pay's transaction waits on it
-    // after the processor has authorized: the moment a kill leaves a hold
-    // that no payment recorded. (NO KEY UPDATE lets the hold's row, whose
-    // foreign key only shares the link's key, be written meanwhile.)
-    const blocker = await sql.reserve();
+    const held = await holdLinkRow(id);
     let hold: { reference: string; releasing: boolean } | undefined;
     try {
-      await blocker`begin`;
-      await blocker`select 1 from links where id = ${id} for no key update`;
       const paying = pay(services.gatewayUrl, id, { payment_method: "card", card: CARD });
-      await waitFor(
-        async () =>
-          (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update "links"%'`)
-            .length === 1,
-        10_000,
-        () => "the pay's transaction never waited on the link",
-      );
+      await paysWaiting(1);
       const [first, ...others] = await holdsOf();
       expect(others).toEqual([]);
       expect(first!.releasing).toBe(false);
@@ -246,8 +262,7 @@ describe("a hold the LinkService was killed holding", () => {
       expect({ status: answer.status, body: answer.text }).toEqual({ status: 503, body: JSON.stringify({ error: "Service unavailable" }) });
     } finally {
       // Released whatever happened: a pay left waiting on the lock would hold the services' drain in afterAll.
-      await blocker`rollback`;
-      blocker.release();
+      await held.release();
     }
 
     // Nothing committed: no payment, the link still payable, the hold still on record.
@@ -273,25 +288,16 @@ describe("a hold the LinkService was killed holding", () => {
     const created = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
     expect(created.status).toBe(201);
     const id = created.body.id as string;
-    // As above: five pays authorized, each waiting on the link's row held by the test, fill the link's five places.
-    const blocker = await sql.reserve();
+    // Five pays authorized, each waiting to commit, fill the link's five places.
+    const held = await holdLinkRow(id);
     try {
-      await blocker`begin`;
-      await blocker`select 1 from links where id = ${id} for no key update`;
       const paying = Array.from({ length: 5 }, () => pay(services.gatewayUrl, id, { payment_method: "card", card: CARD }));
-      await waitFor(
-        async () =>
-          (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike 'update "links"%'`)
-            .length === 5,
-        10_000,
-        () => "the five pays' transactions never all waited on the link",
-      );
+      await paysWaiting(5);
       services.links.signal("SIGKILL");
       await services.links.exited;
       expect((await Promise.all(paying)).map((answer) => answer.status)).toEqual([503, 503, 503, 503, 503]);
     } finally {
-      await blocker`rollback`;
-      blocker.release();
+      await held.release();
     }
     // Their rows still hold the five places; 25 s on (the processor may have been authorizing until then), as the
     // rows reckon. The killed process's PostgreSQL sessions end once they find their client gone.
