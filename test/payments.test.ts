@@ -647,6 +647,58 @@ describe("when the processor or the clock get in the way", () => {
     expect(await paymentRows(id)).toHaveLength(1);
   });
 
+  it("gives a running attempt's place back once it is over 25 s old and its PostgreSQL session is gone, however old; never while the session lives", async () => {
+    const attempts = createAttempts({ db: stack.db, clock: stack.clock, logger: silent });
+    const now = stack.clock.now().getTime();
+    const ago = (ms: number) => new Date(now - ms);
+    // A session that lives through the test, and one that has ended (as a killed LinkService's do).
+    const live = postgres(database.url, { max: 1, onnotice: () => {} });
+    const ended = postgres(database.url, { max: 1, onnotice: () => {} });
+    try {
+      const pidOf = async (client: postgres.Sql) => Number((await client`SELECT pg_backend_pid() AS pid`)[0]!.pid);
+      const livePid = await pidOf(live);
+      const endedPid = await pidOf(ended);
+      await ended.end();
+      await expect.poll(async () => (await live`SELECT 1 FROM pg_stat_activity WHERE pid = ${endedPid}`).length).toBe(0);
+      const places = async (id: string, rows: { pid: number; ageMs: number }[]) => {
+        await stack.db.insert(paymentFailures).values(rows.map(({ pid, ageMs }, i) => ({ linkId: id, failedAt: ago(ageMs + i), attemptId: `/${pid}/place-${i}` })));
+      };
+      const left = async (id: string) =>
+        (await stack.db.select({ attemptId: paymentFailures.attemptId }).from(paymentFailures).where(eq(paymentFailures.linkId, id))).map((row) => row.attemptId);
+
+      // Ended sessions' places, 26 s and 6 minutes old, are given back; a live one's is kept, and room is found.
+      const freed = await createLink();
+      await places(freed, [
+        { pid: endedPid, ageMs: 26_000 },
+        { pid: endedPid, ageMs: 6 * 60_000 },
+        { pid: endedPid, ageMs: 6 * 60_000 },
+        { pid: endedPid, ageMs: 26_000 },
+        { pid: livePid, ageMs: 26_000 },
+      ]);
+      const attempt = await attempts.begin(freed);
+      expect(typeof attempt).toBe("object");
+      expect((await left(freed)).sort()).toEqual([`/${livePid}/place-4`, expect.stringMatching(new RegExp(`^/\\d+/`))].sort());
+
+      // An ended session's place under 25 s old may still be authorizing: kept, and the next attempt waits for room.
+      const young = await createLink();
+      await places(young, Array.from({ length: 5 }, () => ({ pid: endedPid, ageMs: 24_000 })));
+      expect(await attempts.begin(young)).toBe("room");
+      expect(await left(young)).toHaveLength(5);
+
+      // A live session's places: running at 26 s (wait for room), failed at 6 minutes (the link locked).
+      const running = await createLink();
+      await places(running, Array.from({ length: 5 }, () => ({ pid: livePid, ageMs: 26_000 })));
+      expect(await attempts.begin(running)).toBe("room");
+      const locked = await createLink();
+      await places(locked, Array.from({ length: 5 }, () => ({ pid: livePid, ageMs: 6 * 60_000 })));
+      await expect(attempts.begin(locked)).rejects.toMatchObject({ code: Code.ResourceExhausted });
+      expect(await left(locked)).toHaveLength(5);
+    } finally {
+      await live.end();
+      await ended.end();
+    }
+  });
+
   it("counts a wait for the try with its key apart from the wait for room: no 429 for a customer with no failures", async () => {
     const id = await createLink();
     const real = createAttempts({ db: stack.db, clock: stack.clock, logger: silent });

@@ -5,9 +5,10 @@
 // gives it back when it ends without failing, so that attempts sent together
 // cannot all pass before any has failed: while running ones fill the room,
 // the next waits for one to end. One whose LinkService was killed
-// mid-attempt is forgotten once SURELY_RUNNING_MS have passed and its
-// PostgreSQL session is gone: the customer did nothing to lose it. One that
-// never ends otherwise counts as failed once RUNNING_MAX_MS have passed. Two
+// mid-attempt is forgotten by the next attempt on the link that finds it
+// over SURELY_RUNNING_MS old with its PostgreSQL session gone: the customer
+// did nothing to lose it. One that never ends otherwise counts as failed
+// once RUNNING_MAX_MS have passed. Two
 // attempts with one idempotency key never run at once while the first may
 // still be authorizing or committing: the second is a retry of the first,
 // whose outcome is its answer.

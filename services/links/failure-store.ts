@@ -41,7 +41,7 @@ export function reserveAttempt(
       .from(paymentFailures)
       .where(and(eq(paymentFailures.linkId, attempt.linkId), gt(paymentFailures.failedAt, since)))
       .orderBy(desc(paymentFailures.failedAt));
-    const over = await overAttempts(tx, rows, { runningSince, surelySince });
+    const over = await overAttempts(tx, rows, surelySince);
     if (over.length > 0) {
       await tx.delete(paymentFailures).where(and(eq(paymentFailures.linkId, attempt.linkId), inArray(paymentFailures.attemptId, over)));
     }
@@ -64,17 +64,14 @@ export function reserveAttempt(
 /**
  * The running attempts (of those counted) that are over though they never
  * said so: older than `surelySince` (younger, one may still be authorizing,
- * and a dead LinkService's cannot be told from a slow processor's) and
- * reserved by a PostgreSQL session that is gone, as a killed LinkService's
- * are. A session still there means the attempt may still run: the pool
- * keeps its connections, though it may recycle the one an attempt began on.
+ * and a dead LinkService's cannot be told from a slow processor's), however
+ * old (the next pay on the link may come hours later), and reserved by a
+ * PostgreSQL session that is gone, as a killed LinkService's are. A session
+ * still there means the attempt may still run: the pool keeps its
+ * connections, though it may recycle the one an attempt began on.
  */
-async function overAttempts(
-  tx: Executor,
-  rows: { at: Date; attemptId: string | null }[],
-  { runningSince, surelySince }: { runningSince: Date; surelySince: Date },
-): Promise<string[]> {
-  const suspects = rows.filter((row) => row.attemptId !== null && row.at.getTime() > runningSince.getTime() && row.at.getTime() <= surelySince.getTime());
+async function overAttempts(tx: Executor, rows: { at: Date; attemptId: string | null }[], surelySince: Date): Promise<string[]> {
+  const suspects = rows.filter((row) => row.attemptId !== null && row.at.getTime() <= surelySince.getTime());
   const sessionOf = (attemptId: string) => Number(attemptId.split("/")[1]);
   const sessions = [...new Set(suspects.map((row) => sessionOf(row.attemptId!)).filter(Number.isSafeInteger))];
   if (sessions.length === 0) return [];
