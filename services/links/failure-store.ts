@@ -17,9 +17,9 @@ export type Reservation = { reserved: true; attemptId: string } | { reserved: fa
  * Counts an attempt against the link from its start, if fewer than `max`
  * attempts since `since` count: those that failed, and those still running.
  * A running one that is over (see `overAttempts`) is forgotten: a customer
- * must not find the link locked, nor wait for room, because our LinkService
- * was killed mid-attempt. A running one older than `runningSince` never
- * ended and counts as failed. One at a time per link (a transaction
+ * must not find the link locked because our LinkService was killed
+ * mid-attempt. A running one older than `runningSince` whose session lives
+ * never ended and counts as failed. One at a time per link (a transaction
  * advisory lock on its id), so that attempts arriving together cannot all
  * find room; one that finds the lock taken finds no room, for now.
  */
