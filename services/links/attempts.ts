@@ -8,10 +8,9 @@
 // mid-attempt is forgotten by the next attempt on the link that finds it
 // over SURELY_RUNNING_MS old with its PostgreSQL session gone: the customer
 // did nothing to lose it. One that never ends otherwise counts as failed
-// once RUNNING_MAX_MS have passed. Two
-// attempts with one idempotency key never run at once while the first may
-// still be authorizing or committing: the second is a retry of the first,
-// whose outcome is its answer.
+// once RUNNING_MAX_MS have passed. Two attempts with one idempotency key
+// never run at once while the first may still be authorizing or committing:
+// the second is a retry of the first, whose outcome is its answer.
 import { createHash } from "node:crypto";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";

@@ -71,15 +71,16 @@ export function reserveAttempt(
  * connections, though it may recycle the one an attempt began on.
  */
 async function overAttempts(tx: Executor, rows: { at: Date; attemptId: string | null }[], surelySince: Date): Promise<string[]> {
-  const suspects = rows.filter((row) => row.attemptId !== null && row.at.getTime() <= surelySince.getTime());
-  const sessionOf = (attemptId: string) => Number(attemptId.split("/")[1]);
-  const sessions = [...new Set(suspects.map((row) => sessionOf(row.attemptId!)).filter(Number.isSafeInteger))];
-  if (sessions.length === 0) return [];
+  const suspects = rows.flatMap(({ at, attemptId }) =>
+    attemptId !== null && at.getTime() <= surelySince.getTime() ? [{ attemptId, session: Number(attemptId.split("/")[1]) }] : [],
+  ).filter(({ session }) => Number.isSafeInteger(session));
+  if (suspects.length === 0) return [];
+  const sessions = [...new Set(suspects.map(({ session }) => session))];
   const live = await tx.execute<{ pid: number }>(
     sql`SELECT pid FROM pg_stat_activity WHERE pid IN (${sql.join(sessions.map((pid) => sql`${pid}`), sql`, `)})`,
   );
   const alive = new Set(live.map((row) => Number(row.pid)));
-  return suspects.map((row) => row.attemptId!).filter((attemptId) => Number.isSafeInteger(sessionOf(attemptId)) && !alive.has(sessionOf(attemptId)));
+  return suspects.filter(({ session }) => !alive.has(session)).map(({ attemptId }) => attemptId);
 }
 
 /** The attempt failed: it counts for good. */
