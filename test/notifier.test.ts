@@ -274,6 +274,11 @@ describe("health", () => {
     cleanups.push(notifier.close);
     const base = `http://127.0.0.1:${notifier.port}`;
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
-    expect((await fetch(`${base}/readyz`)).status).toBe(503);
+    const ready = await fetch(`${base}/readyz`);
+    expect(ready.status).toBe(503);
+    expect(ready.headers.get("retry-after")).toBe("1");
+    const posted = await fetch(`${base}/readyz`, { method: "POST" });
+    expect(posted.status).toBe(405);
+    expect(posted.headers.get("allow")).toBe("GET, HEAD");
   });
 });
