@@ -72,6 +72,30 @@ describe("JSON over the Connect protocol, gRPC and gRPC-Web", () => {
     expect((await api(stack, "GET", "/v1/links", { clientId: "client-json" })).body.data).toEqual([]);
   });
 
+  // gRPC's refusal travels in a trailer, which HTTP/2 never sent past 64 KiB: the stream was reset instead.
+  it.each(jsonTypes)("refuses a 70,000-character unknown key (%s) with the key's first 100 characters", async (contentType) => {
+    const key = "k".repeat(70_000);
+    const body = `{"type":"LINK_TYPE_PAYMENT","${key}":1}`;
+    const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CreateLink", body, await stack.merchantHeaders("client-json-key"));
+    const message = `cannot decode message paylink.v1.CreateLinkRequest from JSON: key "${"k".repeat(100)}..." is unknown`;
+    expect(refusal).toBe(contentType === "application/json" ? `400 ${JSON.stringify({ code: "invalid_argument", message })}` : `3 ${message}`);
+  });
+
+  it.each(
+    jsonTypes.flatMap((contentType) => [
+      [contentType, { type: "LINK_TYPE_FOO" }, "field paylink.v1.CreateLinkRequest.type from JSON: expected a value of enum paylink.v1.LinkType"],
+      [contentType, { type: 1.5 }, "field paylink.v1.CreateLinkRequest.type from JSON: expected a value of enum paylink.v1.LinkType"],
+      [
+        contentType,
+        { type: "LINK_TYPE_PAYMENT", data: { amount: { value: "100", currency: "USD" }, allowed_payment_methods: ["PAYMENT_METHOD_CARD", "CARDX"] } },
+        "field paylink.v1.LinkData.allowed_payment_methods from JSON: expected a value of enum paylink.v1.PaymentMethod",
+      ],
+    ] as const),
+  )("names the field of a value its enum does not have (%s, %j)", async (contentType, request, message) => {
+    const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CreateLink", JSON.stringify(request), await stack.merchantHeaders("client-json-enum"));
+    expect(refusal).toBe(contentType === "application/json" ? `400 ${JSON.stringify({ code: "invalid_argument", message: `cannot decode ${message}` })}` : `3 cannot decode ${message}`);
+  });
+
   it.each(jsonTypes)("refuses invalid UTF-8 (%s), as REST does, instead of repairing it into the link", async (contentType) => {
     const body = Buffer.concat([
       Buffer.from('{"type":"LINK_TYPE_PAYMENT","data":{"amount":{"value":"100","currency":"USD"},"description":"X'),

@@ -110,6 +110,11 @@ describe("gRPC server reflection", () => {
     for (const service of ["paylink.v1.LinkService", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]) {
       expect(await health.check({ service })).toMatchObject({ status: HealthCheckResponse_ServingStatus.SERVING });
     }
-    await expect(health.check({ service: "nope" })).rejects.toMatchObject({ code: Code.NotFound });
+    await expect(health.check({ service: "nope" })).rejects.toMatchObject({ code: Code.NotFound, rawMessage: "unknown service nope" });
+    // Its name comes back cut short: a trailer past 64 KiB is never sent, and the stream was reset instead.
+    await expect(health.check({ service: "s".repeat(70_000) })).rejects.toMatchObject({
+      code: Code.NotFound,
+      rawMessage: `unknown service ${"s".repeat(100)}...`,
+    });
   });
 });

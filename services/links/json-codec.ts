@@ -6,10 +6,10 @@
 // decoder is the one hook it runs before decoding, so each method gets one
 // that knows its input and decodes it first: a request that does not decode is
 // refused with the field and what it expected, never the value.
-import { type DescMessage, type DescService, fromJsonString, type JsonReadOptions } from "@bufbuild/protobuf";
+import { type DescEnum, type DescField, type DescMessage, type DescService, fromJsonString, type JsonReadOptions } from "@bufbuild/protobuf";
 import { isFieldError } from "@bufbuild/protobuf/reflect";
 import { Code, type ConnectRouter, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { invalid } from "../shared/rpc-errors.js";
+import { callersText, invalid } from "../shared/rpc-errors.js";
 
 /**
  * What `router.service` does (unimplemented methods included), as a function
@@ -44,15 +44,19 @@ function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>
       try {
         fromJsonString(desc, json, readOptions);
       } catch (err) {
-        throw invalid(decodeFailure(err));
+        throw invalid(decodeFailure(err, () => badEnumField(desc, JSON.parse(json))));
       }
       return json;
     },
   };
 }
 
-/** What protobuf-es's decoding error says, less any value the request held. */
-export function decodeFailure(err: unknown): string {
+/**
+ * What protobuf-es's decoding error says, less any value the request held.
+ * `badEnum` names the field of a value that is no name of its enum (the
+ * library names only the enum).
+ */
+export function decodeFailure(err: unknown, badEnum: () => DescField | undefined = () => undefined): string {
   const cause = err instanceof Error ? err.cause : undefined;
   // "expected string, got 4242…", "expected number (int32): 4242… out of range", "list item #2: expected
   // int32, got …": what was expected, not what came.
@@ -60,12 +64,55 @@ export function decodeFailure(err: unknown): string {
   const message = err instanceof Error ? err.message : "";
   const subject = /^cannot decode ((?:message |field |enum )?[\w.]+) from JSON/.exec(message)?.[1] ?? "the request";
   // A key named in the request (one the API does not define, or one sent twice) is the caller's to find.
-  if (/ from JSON: (key "[^"]*" is unknown|duplicate object key "[^"]*"|maximum recursion depth of \d+ reached)$/.test(message)) {
-    return message;
+  const key = / from JSON: (?:key "([^]*)" is unknown|duplicate object key "([^]*)")$/.exec(message);
+  if (key) {
+    const shown = callersText(key[1] ?? key[2]!);
+    return `cannot decode ${subject} from JSON: ${key[1] !== undefined ? `key "${shown}" is unknown` : `duplicate object key "${shown}"`}`;
   }
+  if (/ from JSON: maximum recursion depth of \d+ reached$/.test(message)) return message;
   if (cause instanceof SyntaxError) {
     const at = /at position \d+/.exec(cause.message)?.[0];
     return `cannot decode ${subject} from JSON: not valid JSON${at ? ` ${at}` : ""}`;
   }
+  const field = subject.startsWith("enum ") ? badEnum() : undefined;
+  if (field?.enum) return `cannot decode ${String(field)} from JSON: expected a value of ${subject}`;
   return `cannot decode ${subject} from JSON: a value of the wrong type or form`;
 }
+
+/** The first field of `json` whose value is neither a name nor a whole number of its enum. */
+function badEnumField(desc: DescMessage, json: unknown): DescField | undefined {
+  if (!isObject(json)) return undefined;
+  for (const field of desc.fields) {
+    const value = json[field.jsonName] ?? json[field.name];
+    const found = value === undefined || value === null ? undefined : badEnumIn(field, value);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+function badEnumIn(field: DescField, value: unknown): DescField | undefined {
+  switch (field.fieldKind) {
+    case "enum":
+      return notOf(field.enum, value) ? field : undefined;
+    case "message":
+      return badEnumField(field.message, value);
+    case "list":
+    case "map": {
+      const items = Array.isArray(value) ? value : isObject(value) ? Object.values(value) : [];
+      const kind = field.fieldKind === "list" ? field.listKind : field.mapKind;
+      if (kind === "enum") return items.some((item) => notOf(field.enum!, item)) ? field : undefined;
+      if (kind !== "message") return undefined;
+      for (const item of items) {
+        const found = badEnumField(field.message!, item);
+        if (found) return found;
+      }
+      return undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
+const notOf = (desc: DescEnum, value: unknown) =>
+  value !== null && !Number.isInteger(value) && !(typeof value === "string" && desc.values.some((v) => v.name === value));

@@ -27,6 +27,12 @@ function withReason(message: string, code: Code, reason: Reason, metadata: Recor
 }
 
 export const invalid = (message: string) => new ConnectError(message, Code.InvalidArgument);
+/**
+ * A caller's own text in an error message, cut to its first 100 characters:
+ * gRPC sends the message in a trailer, and HTTP/2 resets the stream instead
+ * of sending one past 64 KiB.
+ */
+export const callersText = (text: string) => (text.length > 100 ? `${text.slice(0, 100)}...` : text);
 export const clientIdRequired = () => invalid("Client ID header is required");
 export const clientIdRepeated = () => invalid("Client ID header must be given once");
 
