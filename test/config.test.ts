@@ -38,6 +38,13 @@ describe("loadConfig", () => {
     expect(loadConfig({ PUBLIC_BASE_URL: "https://api.example.com/" }).checkoutBaseUrl).toBe("https://api.example.com");
   });
 
+  it("takes a blank setting as unset, but not PAYLINK_ENV, which would choose the sandbox for a deployment whose value went missing", () => {
+    expect(loadConfig({ LOG_LEVEL: " ", NATS_PREFIX: "", GATEWAY_PORT: "" })).toMatchObject({ logLevel: "info", natsPrefix: "paylink", gatewayPort: 8080 });
+    for (const blank of ["", "  "]) {
+      expect(() => loadConfig({ PAYLINK_ENV: blank })).toThrow("PAYLINK_ENV is set but blank: give test or production, or unset it for test");
+    }
+  });
+
   it.each([
     ["PAYLINK_ENV", "staging"],
     ["GATEWAY_PORT", "80a"],
