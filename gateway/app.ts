@@ -11,6 +11,7 @@ import { authenticationFirst } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { registerOpenApi } from "./openapi.js";
 import { AJV_OPTIONS, describeSchemaError } from "./request-rules.js";
+import { drainGently } from "./drain.js";
 import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
@@ -71,6 +72,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // A drain serves what reaches it (each answer with Connection: close, so
     // clients move to another copy) instead of Fastify's own 503 body.
     return503OnClosing: false,
+    // Its idle connections too, but not at once (drain.ts).
+    forceCloseConnections: false,
     // Node caps a request head at 16 KiB, so no id is cut off by the router:
     // a long id is simply a link that does not exist (404, not 414).
     routerOptions: { maxParamLength: 16 * 1024 },
@@ -103,6 +106,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       answerAndClose(socket, rawAnswer(refuseUnrouted(status, message, code, cut)));
     },
   });
+  drainGently(app.server);
   // A client that sends its request and then closes its side (FIN) is still
   // reading: Node's default aborted every request on the connection, and a
   // create or pay went through with its answer never sent.

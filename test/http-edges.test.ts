@@ -1,5 +1,6 @@
 // The gateway's HTTP edges: unknown paths, wrong methods, request ids,
 // health and readiness, JSON everywhere, and 500/503 without internals.
+import http from "node:http";
 import net, { createServer } from "node:net";
 import zlib from "node:zlib";
 import { pino } from "pino";
@@ -8,7 +9,7 @@ import { startGateway } from "../gateway/server.js";
 import { createDb } from "../services/links/db.js";
 import { startLinksServer } from "../services/links/server.js";
 import { testClock } from "./support/clock.js";
-import { freePort } from "./support/nats.js";
+import { freePort, waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 const silent = pino({ level: "silent" });
@@ -483,6 +484,42 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
       expect(drained).toBe(true);
     } finally {
       for (const socket of sockets) socket.destroy();
+    }
+  });
+
+  // Node's server.close() (and Fastify's) had cut every connection idle at that instant, those whose next request
+  // sat unread in the socket too: their clients saw ECONNRESET for a request the drain promised to serve.
+  it("drains without resetting keep-alive connections whose clients were sending their next request", async () => {
+    const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${await freePort()}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: "client-id", logger: silent });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 10 });
+    const failures: string[] = [];
+    let answers = 0;
+    const post = () =>
+      new Promise<string | undefined>((resolve) => {
+        const req = http.request({ agent, port: gateway.port, host: "127.0.0.1", method: "POST", path: "/v1/links", headers: { "content-type": "application/json", "client-id": "drain" } }, (res) => {
+          res.resume().once("end", () => resolve(res.headers.connection));
+          answers++;
+        });
+        req.once("error", (err: NodeJS.ErrnoException) => {
+          failures.push(err.code ?? err.message);
+          resolve("close");
+        });
+        req.end(JSON.stringify(validLink()));
+      });
+    // Each client sends its next request the moment an answer comes, until one says Connection: close.
+    const clients = Array.from({ length: 10 }, async () => {
+      while ((await post()) !== "close");
+    });
+    try {
+      await waitFor(() => answers > 200);
+      // A busy moment (as a loaded gateway has) leaves requests unread in their sockets when the drain begins.
+      const until = Date.now() + 20;
+      while (Date.now() < until);
+      await gateway.close();
+      await Promise.all(clients);
+      expect(failures).toEqual([]);
+    } finally {
+      agent.destroy();
     }
   });
 

@@ -1,0 +1,26 @@
+// How the gateway's HTTP server lets go of its connections on a drain.
+import type http from "node:http";
+import net from "node:net";
+
+/** How long a keep-alive connection may sit idle in a drain before it is closed. */
+export const DRAIN_IDLE_MS = 1_000;
+
+/**
+ * Node's server.close() also closes every connection idle at that instant,
+ * those whose next request sits unread in the socket among them: their
+ * clients got a reset for a request the drain promised to serve. Here close()
+ * only stops accepting. A request routed from then on is answered with
+ * `Connection: close` (Fastify's closing state), which ends its connection;
+ * one idle already, or idle after an answer that kept it alive, is closed
+ * once it has sat idle for DRAIN_IDLE_MS, as keep-alive's own timeout does.
+ * A client that sends at that very moment meets the race every keep-alive
+ * timeout has, and nothing more.
+ */
+export function drainGently(server: http.Server): void {
+  server.close = function close(this: http.Server, callback?: (err?: Error) => void) {
+    net.Server.prototype.close.call(this, callback);
+    this.keepAliveTimeout = DRAIN_IDLE_MS;
+    setTimeout(() => this.closeIdleConnections(), DRAIN_IDLE_MS).unref();
+    return this;
+  };
+}
