@@ -99,6 +99,20 @@ describe("a 2xx whose body misbehaves", () => {
   });
 });
 
+describe("an answer with large headers", () => {
+  it("is judged on its status up to 256 KiB of headers, and past that fails saying so", async () => {
+    const withHeader = (kb: number) => receiver((res) => res.writeHead(200, { "x-big": "a".repeat(kb * 1024) }).end("ok"));
+    const big = await withHeader(60);
+    expect(await deliverer().deliver(hook(big.url))).toStrictEqual({ kind: "delivered", status: 200 });
+    const huge = await withHeader(300);
+    expect(await deliverer().deliver(hook(huge.url))).toStrictEqual({
+      kind: "failed",
+      error: "the answer's headers pass 256 KiB",
+      category: "the answer's headers pass 256 KiB",
+    });
+  });
+});
+
 describe("any other status", () => {
   it("keeps its status when the connection is reset mid-body", async () => {
     const r = await receiver((res) => {

@@ -47,6 +47,13 @@ const ERROR_SNIPPET = 200;
  * leaves the socket fit for keep-alive; a larger one costs the connection.
  */
 const DISCARD_MAX = 64 * 1024;
+/**
+ * The most an answer's status line and headers may take. Node's 16 KiB had
+ * failed a 2xx with 20 KiB of headers (cookies, say) before its status was
+ * read, so the receiver got the event on every attempt and it was
+ * dead-lettered all the same. Past this, the answer is a failure that says so.
+ */
+const ANSWER_HEAD_MAX = 256 * 1024;
 
 export function createDeliverer(opts: DelivererOptions) {
   const timeoutMs = opts.timeoutMs ?? 10_000;
@@ -142,7 +149,11 @@ export function createDeliverer(opts: DelivererOptions) {
       };
       let req: http.ClientRequest;
       try {
-        req = client.request(url, { method: "POST", headers, agent: agents[protocol], lookup: opts.policy.lookup }, onResponse);
+        req = client.request(
+          url,
+          { method: "POST", headers, agent: agents[protocol], lookup: opts.policy.lookup, maxHeaderSize: ANSWER_HEAD_MAX },
+          onResponse,
+        );
       } catch (err) {
         // A header Node will not send: no later attempt can do better.
         finish({ kind: "refused", error: `cannot build the request: ${(err as Error).message}`, category: "cannot build the request" });
@@ -200,6 +211,10 @@ function failure(err: Error): Outcome {
     return { kind: "refused", error, category: `${REFUSED_BY_POLICY}: ${kinds}` };
   }
   const { code, syscall } = err as NodeJS.ErrnoException;
+  if (code === "HPE_HEADER_OVERFLOW") {
+    const category = `the answer's headers pass ${ANSWER_HEAD_MAX / 1024} KiB`;
+    return { kind: "failed", error: category, category };
+  }
   const error = `${code ?? "error"}: ${err.message}`;
   const name = code && /^[A-Z0-9_]{1,64}$/.test(code) ? code : "unknown";
   let category = `network error (${name})`;
