@@ -3,7 +3,7 @@ import type http from "node:http";
 import net from "node:net";
 
 /** How long a keep-alive connection may sit idle in a drain before it is closed. */
-export const DRAIN_IDLE_MS = 1_000;
+const DRAIN_IDLE_MS = 1_000;
 
 /**
  * Node's server.close() also closes every connection idle at that instant,
