@@ -44,7 +44,7 @@ function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>
       try {
         fromJsonString(desc, json, readOptions);
       } catch (err) {
-        throw invalid(decodeFailure(err, () => badEnumField(desc, JSON.parse(json))));
+        throw invalid(decodeFailure(err, desc, json));
       }
       return json;
     },
@@ -52,11 +52,11 @@ function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>
 }
 
 /**
- * What protobuf-es's decoding error says, less any value the request held.
- * `badEnum` names the field of a value that is no name of its enum (the
- * library names only the enum).
+ * What protobuf-es's decoding error says about `json`, less any value it
+ * held; for a value that is no name of its enum, the field (the library
+ * names only the enum).
  */
-export function decodeFailure(err: unknown, badEnum: () => DescField | undefined = () => undefined): string {
+function decodeFailure(err: unknown, desc: DescMessage, json: string): string {
   const cause = err instanceof Error ? err.cause : undefined;
   // "expected string, got 4242…", "expected number (int32): 4242… out of range", "list item #2: expected
   // int32, got …": what was expected, not what came.
@@ -74,7 +74,8 @@ export function decodeFailure(err: unknown, badEnum: () => DescField | undefined
     const at = /at position \d+/.exec(cause.message)?.[0];
     return `cannot decode ${subject} from JSON: not valid JSON${at ? ` ${at}` : ""}`;
   }
-  const field = subject.startsWith("enum ") ? badEnum() : undefined;
+  // The JSON parsed (the error is about a value), so it parses again here.
+  const field = subject.startsWith("enum ") ? badEnumField(desc, JSON.parse(json)) : undefined;
   if (field?.enum) return `cannot decode ${String(field)} from JSON: expected a value of ${subject}`;
   return `cannot decode ${subject} from JSON: a value of the wrong type or form`;
 }

@@ -58,14 +58,7 @@ export const DEFAULT_WEBHOOK_RETRY_SCHEDULE = "5s,30s,2m,10m,30m,1h,3h,6h,12h,24
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  // Blank counts as unset for every other setting (docker-compose.yml passes
-  // `${VAR:-}`), but not here: test means the sandbox processor and open
-  // Client-Id auth, and a production deployment whose value went missing in a
-  // template must not fall into it.
-  if (env.PAYLINK_ENV !== undefined && !env.PAYLINK_ENV.trim()) {
-    throw new ConfigError('PAYLINK_ENV is set but blank: give test or production, or unset it for test');
-  }
-  const paylinkEnv = oneOf(env, "PAYLINK_ENV", ["test", "production"], "test") as PaylinkEnv;
+  const paylinkEnv = paylinkEnvOf(env);
   const gatewayPort = port(env, "GATEWAY_PORT", 8080);
   const linksPort = port(env, "LINKS_PORT", 50051);
   const publicBaseUrl = baseUrl(env, "PUBLIC_BASE_URL", `http://localhost:${gatewayPort}`);
@@ -110,6 +103,17 @@ function oneOf(env: NodeJS.ProcessEnv, name: string, allowed: string[], fallback
     throw new ConfigError(`${name} must be one of ${allowed.join(", ")}; got "${value}"`);
   }
   return value;
+}
+
+function paylinkEnvOf(env: NodeJS.ProcessEnv): PaylinkEnv {
+  // Blank counts as unset for every other setting (docker-compose.yml passes
+  // `${VAR:-}`), but not here: test means the sandbox processor and open
+  // Client-Id auth, and a production deployment whose value went missing in a
+  // template must not fall into it.
+  if (env.PAYLINK_ENV !== undefined && !env.PAYLINK_ENV.trim()) {
+    throw new ConfigError("PAYLINK_ENV is set but blank: give test or production, or unset it for test");
+  }
+  return oneOf(env, "PAYLINK_ENV", ["test", "production"], "test") as PaylinkEnv;
 }
 
 function natsUrl(env: NodeJS.ProcessEnv): string {
