@@ -51,9 +51,10 @@ export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
   });
   // The docs page's routes are the plugin's, made with GET alone: any other
   // method on them is the contract's 405 with Allow, as on every known path.
+  // Fastify announces the index's "/docs/" twin by its HEAD route alone.
   const docsPaths = new Set<string>();
   app.addHook("onRoute", (r) => {
-    if (r.url.startsWith("/docs") && [r.method].flat().includes("GET")) docsPaths.add(r.url);
+    if (r.url.startsWith("/docs") && [r.method].flat().some((m) => m === "GET" || m === "HEAD")) docsPaths.add(r.url);
   });
   app.register(swaggerUi, { routePrefix: "/docs", logLevel: "warn" });
   app.after(() => {

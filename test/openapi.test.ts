@@ -127,6 +127,7 @@ describe("/docs", () => {
 describe("/docs", () => {
   it.each([
     ["POST", "/docs"],
+    ["POST", "/docs/"],
     ["PUT", "/docs/json"],
     ["DELETE", "/docs/static/index.html"],
   ])("answers %s %s with the contract's 405 and Allow, as every known path does", async (method, path) => {
