@@ -8,6 +8,7 @@
 // The gateway's stream (plain gRPC, protobuf, no compression) is served here
 // straight from the HTTP/2 request; any other client of the method goes
 // through connect's handler (`impl`), which answers each call when done too.
+import { setMaxListeners } from "node:events";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
@@ -116,6 +117,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
       url: req.url,
       requestSignal: gone.signal,
     });
+    followedByEveryCall(ctx);
     let buffered: Buffer | undefined;
     let pending = 0;
     let halfClosed = false;
@@ -226,6 +228,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
      */
     impl: {
       async *batches(calls: AsyncIterable<BatchesRequest>, ctx: HandlerContext) {
+        followedByEveryCall(ctx);
         const answered: BatchesResponse[] = [];
         let inFlight = 0;
         let reading = true;
@@ -305,6 +308,14 @@ function callContext(stream: HandlerContext): CallContext {
 }
 
 const streamContext = (stream: HandlerContext): CallContext => ({ ctx: stream, abort: () => {}, done: () => {} });
+
+/**
+ * Every call in flight listens to its stream's signal (callContext, or the
+ * database gate's deadline for a get), up to MAX_PENDING_CALLS at once: past
+ * Node's default of 10 it warned of a "possible EventTarget memory leak" that
+ * is none. Listeners left behind by answered calls would still pass this.
+ */
+const followedByEveryCall = (stream: HandlerContext) => setMaxListeners(2 * MAX_PENDING_CALLS, stream.signal);
 
 const procedureOf = (call: BatchesRequest) => (call.call.case === "createLinks" ? "BatchCreateLinks" : "BatchGetLinks");
 const deadlineOf = (call: BatchesRequest) => Math.min(call.timeoutMs, MAX_TIMER_MS);
