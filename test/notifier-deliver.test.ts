@@ -154,6 +154,30 @@ describe("any other status", () => {
   });
 });
 
+describe("a failed answer's text", () => {
+  // Printable ASCII with the two characters JSON escapes.
+  const apiKey = 'sk_live_"quoted"\\slash-4f9a';
+  const withKey = (url: string) => ({ ...hook(url), apiKey });
+
+  it("hides the link's api_key echoed across the snippet's cut, so no part of it is logged or stored", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(401);
+      res.end(`${"x".repeat(195)}${apiKey} is not a key we know`);
+    });
+    const outcome = await deliverer().deliver(withKey(r.url));
+    expect(outcome).toStrictEqual({ kind: "failed", status: 401, error: `HTTP 401: ${"x".repeat(195)}[api_`, category: "HTTP 401" });
+  });
+
+  it("hides it as a JSON string spells it, in a dump of the request's headers", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(500);
+      res.end(JSON.stringify({ headers: { "api-key": apiKey } }));
+    });
+    const outcome = await deliverer().deliver(withKey(r.url));
+    expect(outcome).toMatchObject({ kind: "failed", status: 500, error: 'HTTP 500: {"headers":{"api-key":"[api_key]"}}' });
+  });
+});
+
 describe("a request that gets no answer", () => {
   it("names the address in its error, and only the kind of failure in its category", async () => {
     const closedPort = await new Promise<number>((resolve) => {

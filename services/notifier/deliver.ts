@@ -101,10 +101,10 @@ export function createDeliverer(opts: DelivererOptions) {
       headers["Api-Key"] = hook.apiKey;
       headers["Webhook-Signature"] = sign(hook.apiKey, hook.id, timestamp, body);
     }
-    return post(url, headers, body);
+    return post(url, headers, body, hook.apiKey);
   }
 
-  function post(url: URL, headers: Record<string, string>, body: string): Promise<Outcome> {
+  function post(url: URL, headers: Record<string, string>, body: string, apiKey: string): Promise<Outcome> {
     const protocol = url.protocol as "http:" | "https:";
     const client = protocol === "https:" ? https : http;
     return new Promise<Outcome>((resolve) => {
@@ -134,13 +134,16 @@ export function createDeliverer(opts: DelivererOptions) {
           res.on("data", (chunk: Buffer) => drain(chunk.length));
           return;
         }
-        let snippet = "";
-        const answer = () => classify(status, snippet);
+        // Read past the snippet by the key's length, so that a key the
+        // receiver echoes across the cut is hidden whole (withoutKey).
+        const room = ERROR_SNIPPET + jsonSpelling(apiKey).length;
+        let text = "";
+        const answer = () => classify(status, withoutKey(text, apiKey).slice(0, ERROR_SNIPPET));
         answered = answer;
         res.setEncoding("utf8");
         res.on("data", (chunk: string) => {
-          snippet += chunk.slice(0, ERROR_SNIPPET - snippet.length);
-          if (snippet.length >= ERROR_SNIPPET) finish(answer());
+          text += chunk.slice(0, room - text.length);
+          if (text.length >= room) finish(answer());
           drain(chunk.length);
         });
         res.on("end", () => finish(answer()));
@@ -182,6 +185,22 @@ export function createDeliverer(opts: DelivererOptions) {
     },
   };
 }
+
+/**
+ * A failed answer's text without the link's api_key, as sent or as a JSON
+ * string spells it. Receivers echo what they were sent ("invalid api key:
+ * ...", a dump of the request's headers), and the text is logged, stored with
+ * the attempt and shown in the link's events.
+ */
+function withoutKey(text: string, apiKey: string): string {
+  if (!apiKey) return text;
+  const hidden = text.replaceAll(apiKey, "[api_key]");
+  const inJson = jsonSpelling(apiKey);
+  return inJson === apiKey ? hidden : hidden.replaceAll(inJson, "[api_key]");
+}
+
+/** The key inside a JSON string: printable ASCII, so only `"` and `\` change, each to two characters. */
+const jsonSpelling = (apiKey: string) => JSON.stringify(apiKey).slice(1, -1);
 
 function classify(status: number, snippet: string): Outcome {
   if (status >= 200 && status < 300) return { kind: "delivered", status };
