@@ -29,6 +29,7 @@ import { internalAuth } from "./internal-auth.js";
 import { serviceRegistrar } from "./json-codec.js";
 import { retireSessionsThatStrandWrites } from "./stranded-writes.js";
 import { pingIdleSessions, SESSION_IDLE_MS } from "./idle-sessions.js";
+import { boundOpenCalls, MAX_OPEN_CALLS } from "./open-calls.js";
 import { createReflection } from "./reflection.js";
 import { DEADLINE_GRACE_MS, settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
@@ -69,6 +70,8 @@ export interface LinksServerOptions {
   sessionCloseGraceMs?: number;
   /** A session with no frames this long is pinged, and destroyed unless it answers; default SESSION_IDLE_MS (idle-sessions.ts). */
   sessionIdleMs?: number;
+  /** Calls open at once, over every session, past which a new one is answered 503; default MAX_OPEN_CALLS (open-calls.ts). */
+  maxOpenCalls?: number;
 }
 
 // Within the 15 s a drain may take (run-main.ts), past any call but a pay's:
@@ -154,6 +157,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
     readMaxBytes: MAX_MESSAGE_BYTES,
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
   }), served);
+  const admit = boundOpenCalls(opts.maxOpenCalls ?? MAX_OPEN_CALLS, logger);
   const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
     const timeoutMs = settleDeadlines(req.headers);
     // connect's adapter starts a call's deadline only once its body has
@@ -171,6 +175,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
       if (req.readableEnded || req.stream.destroyed) return;
       setTimeout(() => req.stream.destroy(), 1000).unref();
     });
+    if (!admit(req, res)) return;
     // The gateway's stream of batches: one long-lived request, served apart
     // from the per-call trace, span and metrics below (its calls carry their
     // own). Anything but plain gRPC goes to connect's handler.
