@@ -8,6 +8,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
@@ -15,16 +16,6 @@ beforeAll(async () => {
   stack = await startStack();
 });
 afterAll(() => stack?.close());
-
-/** Tries `call` every 50 ms until `settled` says its outcome is the one awaited, for up to 3 s. */
-async function until<T>(call: () => Promise<T>, settled: (outcome: T | ConnectError) => boolean): Promise<T | ConnectError> {
-  const end = Date.now() + 3_000;
-  for (;;) {
-    const outcome = await call().catch((e: unknown) => ConnectError.from(e));
-    if (settled(outcome) || Date.now() > end) return outcome;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 it("answers UNAVAILABLE past its bound of open calls, counted over every session, and takes calls again once they end", async () => {
   const id = (await api(stack, "POST", "/v1/links", { clientId: "client-a", body: validLink() })).body.id;
@@ -34,7 +25,11 @@ it("answers UNAVAILABLE past its bound of open calls, counted over every session
   const holders = [http2.connect(url), http2.connect(url)];
   const headers = await stack.merchantHeaders("client-a");
   const client = createClient(LinkService, createGrpcTransport({ baseUrl: url }));
-  const get = () => client.getLink({ id }, { headers, timeoutMs: 2_000 });
+  let outcome: unknown;
+  const got = async (refused: boolean) => {
+    outcome = await client.getLink({ id }, { headers, timeoutMs: 2_000 }).catch((e: unknown) => ConnectError.from(e));
+    return outcome instanceof ConnectError === refused;
+  };
   try {
     const held = holders.flatMap((session) => {
       session.on("error", () => {});
@@ -47,11 +42,11 @@ it("answers UNAVAILABLE past its bound of open calls, counted over every session
         return stream;
       });
     });
-    const refused = await until(get, (o) => o instanceof ConnectError);
-    expect(refused instanceof ConnectError && refused.code).toBe(Code.Unavailable);
+    await waitFor(() => got(true), 3_000, () => "every call was still answered");
+    expect((outcome as ConnectError).code).toBe(Code.Unavailable);
     for (const stream of held) stream.close(http2.constants.NGHTTP2_CANCEL);
-    const answered = await until(get, (o) => !(o instanceof ConnectError));
-    expect(answered instanceof ConnectError ? answered.message : answered.link!.id).toBe(id);
+    await waitFor(() => got(false), 3_000, () => `still refused: ${(outcome as ConnectError).message}`);
+    expect((outcome as { link?: { id: string } }).link!.id).toBe(id);
   } finally {
     for (const session of holders) session.destroy();
     await links.close();

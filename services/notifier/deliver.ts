@@ -134,11 +134,12 @@ export function createDeliverer(opts: DelivererOptions) {
           res.on("data", (chunk: Buffer) => drain(chunk.length));
           return;
         }
-        // Read past the snippet by the key's length, so that a key the
-        // receiver echoes across the cut is hidden whole (withoutKey).
-        const room = ERROR_SNIPPET + jsonSpelling(apiKey).length;
+        // Read past the snippet by the key's longest spelling, so that a key
+        // the receiver echoes across the cut is hidden whole (withoutKey).
+        const spellings = spellingsOf(apiKey);
+        const room = ERROR_SNIPPET + (spellings.at(-1)?.length ?? 0);
         let text = "";
-        const answer = () => classify(status, withoutKey(text, apiKey).slice(0, ERROR_SNIPPET));
+        const answer = () => classify(status, withoutKey(text, spellings).slice(0, ERROR_SNIPPET));
         answered = answer;
         res.setEncoding("utf8");
         res.on("data", (chunk: string) => {
@@ -187,20 +188,18 @@ export function createDeliverer(opts: DelivererOptions) {
 }
 
 /**
- * A failed answer's text without the link's api_key, as sent or as a JSON
- * string spells it. Receivers echo what they were sent ("invalid api key:
- * ...", a dump of the request's headers), and the text is logged, stored with
- * the attempt and shown in the link's events.
+ * How the link's api_key may appear in an answer's text, shortest first: as
+ * sent, and inside a JSON string (printable ASCII, so only `"` and `\` change,
+ * each to two characters). None without a key.
  */
-function withoutKey(text: string, apiKey: string): string {
-  if (!apiKey) return text;
-  const hidden = text.replaceAll(apiKey, "[api_key]");
-  const inJson = jsonSpelling(apiKey);
-  return inJson === apiKey ? hidden : hidden.replaceAll(inJson, "[api_key]");
-}
+const spellingsOf = (apiKey: string): string[] => (apiKey ? [...new Set([apiKey, JSON.stringify(apiKey).slice(1, -1)])] : []);
 
-/** The key inside a JSON string: printable ASCII, so only `"` and `\` change, each to two characters. */
-const jsonSpelling = (apiKey: string) => JSON.stringify(apiKey).slice(1, -1);
+/**
+ * A failed answer's text without the key. Receivers echo what they were sent
+ * ("invalid api key: ...", a dump of the request's headers), and the text is
+ * logged, stored with the attempt and shown in the link's events.
+ */
+const withoutKey = (text: string, spellings: string[]) => spellings.reduce((hidden, key) => hidden.replaceAll(key, "[api_key]"), text);
 
 function classify(status: number, snippet: string): Outcome {
   if (status >= 200 && status < 300) return { kind: "delivered", status };
