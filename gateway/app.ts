@@ -4,8 +4,10 @@
 import { randomUUID } from "node:crypto";
 import { type IncomingMessage, type ServerResponse, STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, LogController } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, LogController } from "fastify";
+import { sendPage } from "./checkout/layout.js";
 import { checkout } from "./checkout/routes.js";
+import { statusPage } from "./checkout/status-page.js";
 import { badRequest, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
 import { authenticationFirst } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
@@ -25,6 +27,14 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 export function buildGateway(deps: GatewayDeps): FastifyInstance {
   const requestTimeout = deps.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  const testMode = deps.paylinkEnv === "test";
+  // Under /v1 too, where every answer says no-store (rest.ts): one rule for
+  // every path nothing serves. A customer whose link came mangled
+  // (`/link/{id}//`, `/link/{id}/x`) gets the page an unknown link gets, never JSON.
+  const notFound = (req: FastifyRequest, reply: FastifyReply) =>
+    (req.method === "GET" || req.method === "HEAD") && CHECKOUT_PATH.test(req.url)
+      ? sendPage(reply, 404, statusPage(404, { testMode }))
+      : sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" });
   // Never seen by a route's hooks: counted and logged here, under the id the client is given.
   const refuseUnrouted = (status: number, message: string, code: string | undefined, req?: IncomingMessage): Unrouted => {
     const requestId = req ? requestIdOf(req) : randomUUID();
@@ -139,7 +149,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // any other, and a bad one had answered 400, 413 or 415 for a path that
     // does not exist. "/v1/links/" is /v1/links/:id with no id: a path that
     // names nothing, not a link whose route refuses POST with a 405.
-    if (req.is404 || ((req.params as { id?: string }).id === "" && req.url.startsWith("/v1/"))) return notFound(reply);
+    if (req.is404 || ((req.params as { id?: string }).id === "" && req.url.startsWith("/v1/"))) return notFound(req, reply);
   });
   deps.metrics?.register(app);
   endSpans(app);
@@ -182,7 +192,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     return sendError(reply, INTERNAL);
   });
   // What the onRequest hook above has not answered already.
-  app.setNotFoundHandler((_req, reply) => notFound(reply));
+  app.setNotFoundHandler(notFound);
 
   registerOpenApi(app, deps.auth);
   app.register(probes, deps);
@@ -192,8 +202,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   return app;
 }
 
-/** Under /v1 too, where every answer says no-store (rest.ts): one rule for every path nothing serves. */
-const notFound = (reply: FastifyReply) => sendError(reply.header("cache-control", "no-store"), { status: 404, message: "Not found" });
+const CHECKOUT_PATH = /^\/link(?:[/?]|$)/;
 
 /** A well-formed request line (RFC 9112 §3) whose method (a token, RFC 9110 §5.6.2) is the only question. */
 const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ \S+ HTTP\/\d\.\d\r?\n/;

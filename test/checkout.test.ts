@@ -101,8 +101,11 @@ describe("GET /link/{id}", () => {
     const bankOnly = await page(await createLink({ allowed_payment_methods: ["bank_transfer"] }));
     expect(bankOnly.html).not.toContain('id="card-number"');
     expect(bankOnly.html).toContain('<input type="hidden" name="payment_method" value="bank_transfer">');
+    // Nor a word about card details it never asks for.
+    expect(bankOnly.html).not.toMatch(/card details/i);
     const cardOnly = await page(await createLink({ allowed_payment_methods: ["card"] }));
     expect(cardOnly.html).toContain('id="card-number"');
+    expect(cardOnly.html).toContain("Your card details are sent securely and are never stored.");
     expect(cardOnly.html).not.toContain("bank_transfer");
     const both = await page(await createLink());
     expect(both.html).toContain('value="card" checked');
@@ -180,7 +183,25 @@ describe("GET /link/{id}", () => {
     const expiredPage = await page(expired);
     expect(expiredPage.status).toBe(410);
     expect(expiredPage.html).toContain("This payment link has expired");
+    // Ended early by the merchant: the page does not say that time ran out.
+    expect(expiredPage.html).toContain("its time ran out, or the merchant ended it");
     expect(expiredPage.html).not.toContain("<form");
+  });
+
+  it("answers a mangled link's path with the 404 page, never JSON, and other methods there with JSON", async () => {
+    const id = await createLink();
+    for (const path of [`/link/${id}//`, `/link/${id}/x`, `/link//${id}`, `/link/${id}/pay/x`, "/link", "/link?x=1"]) {
+      for (const method of ["GET", "HEAD"]) {
+        const res = await fetch(`${stack.gatewayUrl}${path}`, { method, redirect: "manual" });
+        const html = await res.text();
+        expect([path, method, res.status, res.headers.get("content-type"), res.headers.get("cache-control")]).toEqual([
+          path, method, 404, "text/html; charset=utf-8", "no-store",
+        ]);
+        if (method === "GET") expect(html).toContain("Payment link not found");
+      }
+    }
+    const posted = await api(stack, "POST", `/link/${id}/x`, { clientId: null, body: {} });
+    expect({ status: posted.status, body: posted.body }).toEqual({ status: 404, body: { error: "Not found" } });
   });
 
   it("redirects /link/{id}/ to the page (301, no-store), keeping the query", async () => {

@@ -96,6 +96,28 @@ describe("JSON over the Connect protocol, gRPC and gRPC-Web", () => {
     expect(refusal).toBe(contentType === "application/json" ? `400 ${JSON.stringify({ code: "invalid_argument", message: `cannot decode ${message}` })}` : `3 cannot decode ${message}`);
   });
 
+  // Protobuf's JSON spells a 64-bit integer as a decimal string; BigInt
+  // would read "0x10" as 16, an amount nobody wrote.
+  it.each(
+    jsonTypes.flatMap((contentType) =>
+      [
+        [{ amount: { value: "0x10", currency: "USD" } }, "field paylink.v1.Amount.value"],
+        [{ amount: { value: "0b11", currency: "USD" } }, "field paylink.v1.Amount.value"],
+        [{ amount: { value: " 12", currency: "USD" } }, "field paylink.v1.Amount.value"],
+        [{ amount: { value: "100", currency: "USD" }, items: [{ name: "a", quantity: 1, amount: "0x64" }] }, "field paylink.v1.Item.amount"],
+      ].map(([data, field]) => [contentType, data, field] as const),
+    ),
+  )("refuses a 64-bit integer that is no decimal string (%s, %j)", async (contentType, data, field) => {
+    const headers = await stack.merchantHeaders("client-json-int64");
+    const refusal = await refusalOf(contentType, "/paylink.v1.LinkService/CreateLink", JSON.stringify({ type: "LINK_TYPE_PAYMENT", data }), headers);
+    const message = `cannot decode ${field} from JSON: expected a decimal integer`;
+    expect(refusal).toBe(contentType === "application/json" ? `400 ${JSON.stringify({ code: "invalid_argument", message })}` : `3 ${message}`);
+    expect((await api(stack, "GET", "/v1/links", { clientId: "client-json-int64" })).body.data).toEqual([]);
+    // Decimal, as a string or a number, is what it was.
+    const taken = await refusalOf(contentType, "/paylink.v1.LinkService/CreateLink", JSON.stringify({ type: "LINK_TYPE_PAYMENT", data: { amount: { value: "-5", currency: "USD" } } }), headers);
+    expect(taken).toContain("data.amount.value must be greater than 0");
+  });
+
   it.each(jsonTypes)("refuses invalid UTF-8 (%s), as REST does, instead of repairing it into the link", async (contentType) => {
     const body = Buffer.concat([
       Buffer.from('{"type":"LINK_TYPE_PAYMENT","data":{"amount":{"value":"100","currency":"USD"},"description":"X'),

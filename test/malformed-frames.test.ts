@@ -63,12 +63,41 @@ it("answers a compressed message without grpc-encoding INTERNAL, as grpc-go does
   expect(await grpcStatus({}, grpcFrame(gzipSync(valid()), 1))).toBe("13");
 });
 
-it("ends the gateway's stream of batches as connect's adapter does on a message that does not decode", async () => {
+it("ends the gateway's stream of batches as connect's adapter does on a message that does not decode: INVALID_ARGUMENT", async () => {
   const path = "/paylink.internal.v1.LinkBatchService/Batches";
   const direct = await grpcStatus({}, grpcFrame(garbage), path);
   const adapter = await grpcStatus({ "grpc-encoding": "gzip", "grpc-accept-encoding": "gzip" }, grpcFrame(gzipSync(garbage), 1), path);
-  expect([direct, adapter]).toEqual(["13", "13"]);
+  expect([direct, adapter]).toEqual(["3", "3"]);
 });
+
+// The caller's bytes, not the server, are at fault: never INTERNAL (nor
+// Connect's HTTP 500), as a request whose JSON does not decode never is.
+it.each([
+  ["bytes that are no message", garbage],
+  ["a string that is not UTF-8", Buffer.from([0x0a, 0x02, 0xff, 0xfe])],
+])("answers %s INVALID_ARGUMENT over gRPC, gRPC-Web and Connect", async (_name, message) => {
+  const gzip = { "grpc-encoding": "gzip", "grpc-accept-encoding": "gzip" };
+  expect(await grpcStatus({}, grpcFrame(message))).toBe("3");
+  expect(await grpcStatus(gzip, grpcFrame(gzipSync(message), 1))).toBe("3");
+  const web = await answer({ "content-type": "application/grpc-web+proto", "x-grpc-web": "1" }, grpcFrame(message));
+  expect(web.headers["grpc-status"] ?? /grpc-status:\s*(\d+)/.exec(web.body.toString("latin1"))?.[1]).toBe("3");
+  const connect = await answer({ "content-type": "application/proto", "connect-protocol-version": "1" }, message);
+  expect([connect.headers[":status"], JSON.parse(connect.body.toString()).code]).toEqual([400, "invalid_argument"]);
+});
+
+async function answer(headers: Record<string, string>, body: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; body: Buffer }> {
+  const merchant = await stack.merchantHeaders("client-a");
+  const req = session.request({ ":method": "POST", ":path": "/paylink.v1.LinkService/GetLink", ...merchant, ...headers });
+  return new Promise((resolve, reject) => {
+    let answered: http2.IncomingHttpHeaders = {};
+    const chunks: Buffer[] = [];
+    req.on("response", (h) => (answered = h));
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => resolve({ headers: answered, body: Buffer.concat(chunks) }));
+    req.on("error", reject);
+    req.end(body);
+  });
+}
 
 /** An HTTP/2 frame: length, type, flags, stream id, payload. */
 function h2Frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {

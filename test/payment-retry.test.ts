@@ -55,6 +55,22 @@ describe("Idempotency-Key on pay", () => {
     expect(otherCard.status).toBe(422);
   });
 
+  it("the same key with a malformed card is the 400 that names the field, as on create, not a 422", async () => {
+    const id = await newLink();
+    const key = randomUUID();
+    expect((await pay(stack.gatewayUrl, id, { payment_method: "bank_transfer" }, key)).status).toBe(200);
+    for (const [body, error] of [
+      [{ payment_method: "card" }, "card is required for payment_method card"],
+      [{ payment_method: "card", card: { ...CARD, exp_month: 13 } }, "card.exp_month must be an integer from 1 to 12"],
+      [{ payment_method: "card", card: { ...CARD, cvc: "12" } }, "card.cvc must be 3 or 4 digits"],
+    ] as const) {
+      const res = await pay(stack.gatewayUrl, id, body, key);
+      expect({ status: res.status, body: JSON.parse(res.text) }).toEqual({ status: 400, body: { error } });
+    }
+    // A well-formed card the key did not pay with is still the 422.
+    expect((await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, key)).status).toBe(422);
+  });
+
   it("a card is compared as the card it names: 30 is 2030 but 2130 is not, spaced digits are the digits but dots are not", async () => {
     const id = await newLink();
     const key = randomUUID();

@@ -126,7 +126,7 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
   </div>
 </section>
 <footer class="footer">
-  <p>Your card details are sent securely and are never stored.</p>
+  ${offersCard ? html`<p>Your card details are sent securely and are never stored.</p>` : ""}
   ${expiresAt ? html`<p id="expiry-note">This payment link expires ${expiresAt}.</p>` : ""}
 </footer>
 </main>`;

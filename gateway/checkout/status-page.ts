@@ -22,7 +22,7 @@ const OUTCOMES: Record<number, Outcome> = {
   },
   410: {
     title: "This payment link has expired",
-    message: "The time allowed to pay with this link has passed, and no payment was taken. Ask the merchant for a new link.",
+    message: "This link can no longer be used to pay: its time ran out, or the merchant ended it. No payment was taken with it. Ask the merchant for a new link.",
     icon: "warn",
     mark: "!",
   },

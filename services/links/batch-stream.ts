@@ -186,7 +186,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
           // Fields this release does not know are dropped, as on the unary paths (server.ts).
           call = fromBinary(BatchesRequestSchema, data.subarray(5, 5 + size), { readUnknownFields: false });
         } catch (err) {
-          return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.Internal));
+          return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
         }
         buffered = data.length > 5 + size ? data.subarray(5 + size) : undefined;
         dispatch(call);

@@ -41,26 +41,36 @@ export const cardDigits = (number: string): string => number.replace(/[\s-]/g, "
 /** Two-digit years are what the card shows; both forms are accepted. */
 export const fullYear = (expYear: number): number => (expYear < 100 ? 2000 + expYear : expYear);
 
-export function validateCard(card: Card | undefined, clock: Clock): CardInput {
+/**
+ * A missing or malformed field: bad input whatever the link, the clock or
+ * an Idempotency-Key, and never counted as a card tried.
+ */
+export function checkCardFields(card: Card | undefined): Card {
   if (!card) throw invalid("card is required for payment_method card");
-  const number = cardDigits(card.number);
   // No number (proto3's "" for an omitted one) is bad input, not a card tried.
-  if (number === "") throw invalid("card.number is required");
-  if (!/^\d{12,19}$/.test(number) || !luhnValid(number)) throw cardRefused("Invalid card number");
+  if (cardDigits(card.number) === "") throw invalid("card.number is required");
   if (!Number.isInteger(card.expMonth) || card.expMonth < 1 || card.expMonth > 12) {
     throw invalid("card.exp_month must be an integer from 1 to 12");
   }
   if (!Number.isInteger(card.expYear) || card.expYear < 0 || card.expYear > 9999) {
     throw invalid("card.exp_year must be a year such as 2030");
   }
+  if (!/^\d{3,4}$/.test(card.cvc)) throw invalid("card.cvc must be 3 or 4 digits");
+  if (card.name !== undefined) noNul("card.name", card.name);
+  if (card.name !== undefined && length(card.name) > 200) throw invalid("card.name must be at most 200 characters");
+  return card;
+}
+
+/** The fields, then what the lock counts: a number or an expiry refused. */
+export function validateCard(input: Card | undefined, clock: Clock): CardInput {
+  const card = checkCardFields(input);
+  const number = cardDigits(card.number);
+  if (!/^\d{12,19}$/.test(number) || !luhnValid(number)) throw cardRefused("Invalid card number");
   const year = fullYear(card.expYear);
   const now = clock.now();
   // A card is good through the last day of its expiry month.
   if (year < now.getUTCFullYear() || (year === now.getUTCFullYear() && card.expMonth < now.getUTCMonth() + 1)) {
     throw cardRefused("Card has expired");
   }
-  if (!/^\d{3,4}$/.test(card.cvc)) throw invalid("card.cvc must be 3 or 4 digits");
-  if (card.name !== undefined) noNul("card.name", card.name);
-  if (card.name !== undefined && length(card.name) > 200) throw invalid("card.name must be at most 200 characters");
   return { number, expMonth: card.expMonth, expYear: year, cvc: card.cvc, name: card.name };
 }

@@ -130,7 +130,7 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
       // Fields this release does not know are dropped, as connect's adapter drops them (server.ts).
       input = fromBinary(route.method.input, body.subarray(5), { readUnknownFields: false });
     } catch (err) {
-      return finish(new ConnectError(`the request cannot be decoded: ${(err as Error).message}`, Code.Internal));
+      return finish(new ConnectError(`the request cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
     }
     const ctx = handlerContext(route, req, abort.signal, deadline.timeoutMs, options.contextValues(req));
     Promise.resolve()

@@ -6,7 +6,15 @@
 // decoder is the one hook it runs before decoding, so each method gets one
 // that knows its input and decodes it first: a request that does not decode is
 // refused with the field and what it expected, never the value.
-import { type DescEnum, type DescField, type DescMessage, type DescService, fromJsonString, type JsonReadOptions } from "@bufbuild/protobuf";
+import {
+  type DescEnum,
+  type DescField,
+  type DescMessage,
+  type DescService,
+  fromJsonString,
+  type JsonReadOptions,
+  ScalarType,
+} from "@bufbuild/protobuf";
 import { isFieldError } from "@bufbuild/protobuf/reflect";
 import { Code, type ConnectRouter, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { callersText, invalid } from "../shared/rpc-errors.js";
@@ -46,6 +54,10 @@ function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>
       } catch (err) {
         throw invalid(decodeFailure(err, desc, json));
       }
+      // protobuf-es reads a 64-bit integer's string with BigInt, which also
+      // takes "0x10", "0b11" and " 12": an amount the caller never wrote.
+      const field = fieldIn(desc, JSON.parse(json), notDecimal);
+      if (field) throw invalid(`cannot decode ${String(field)} from JSON: expected a decimal integer`);
       return json;
     },
   };
@@ -75,45 +87,51 @@ function decodeFailure(err: unknown, desc: DescMessage, json: string): string {
     return `cannot decode ${subject} from JSON: not valid JSON${at ? ` ${at}` : ""}`;
   }
   // The JSON parsed (the error is about a value), so it parses again here.
-  const field = subject.startsWith("enum ") ? badEnumField(desc, JSON.parse(json)) : undefined;
+  const field = subject.startsWith("enum ") ? fieldIn(desc, JSON.parse(json), notOfEnum) : undefined;
   if (field?.enum) return `cannot decode ${String(field)} from JSON: expected a value of ${subject}`;
   return `cannot decode ${subject} from JSON: a value of the wrong type or form`;
 }
 
-/** The first field of `json` whose value is neither a name nor a whole number of its enum. */
-function badEnumField(desc: DescMessage, json: unknown): DescField | undefined {
+/** Whether one value of the field (an item, for a list or map) is wrong. */
+type Refuses = (field: DescField, value: unknown) => boolean;
+
+/** The first field of `json`, at any depth, holding a value that `refuses` finds wrong. */
+function fieldIn(desc: DescMessage, json: unknown, refuses: Refuses): DescField | undefined {
   if (!isObject(json)) return undefined;
   for (const field of desc.fields) {
     const value = json[field.jsonName] ?? json[field.name];
-    const found = value === undefined || value === null ? undefined : badEnumIn(field, value);
+    const found = value === undefined || value === null ? undefined : valueIn(field, value, refuses);
     if (found) return found;
   }
   return undefined;
 }
 
-function badEnumIn(field: DescField, value: unknown): DescField | undefined {
+function valueIn(field: DescField, value: unknown, refuses: Refuses): DescField | undefined {
   switch (field.fieldKind) {
-    case "enum":
-      return notOf(field.enum, value) ? field : undefined;
     case "message":
-      return badEnumField(field.message, value);
+      return fieldIn(field.message, value, refuses);
     case "list":
     case "map": {
       const items = Array.isArray(value) ? value : isObject(value) ? Object.values(value) : [];
-      const kind = field.fieldKind === "list" ? field.listKind : field.mapKind;
-      if (kind === "enum") return items.some((item) => notOf(field.enum!, item)) ? field : undefined;
-      if (kind !== "message") return undefined;
+      if ((field.fieldKind === "list" ? field.listKind : field.mapKind) !== "message") {
+        return items.some((item) => refuses(field, item)) ? field : undefined;
+      }
       for (const item of items) {
-        const found = badEnumField(field.message!, item);
+        const found = fieldIn(field.message!, item, refuses);
         if (found) return found;
       }
       return undefined;
     }
     default:
-      return undefined;
+      return refuses(field, value) ? field : undefined;
   }
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
 const notOf = (desc: DescEnum, value: unknown) =>
   value !== null && !Number.isInteger(value) && !(typeof value === "string" && desc.values.some((v) => v.name === value));
+const notOfEnum: Refuses = (field, value) => field.enum !== undefined && notOf(field.enum, value);
+
+const INT64 = new Set([ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT64, ScalarType.FIXED64, ScalarType.SFIXED64]);
+const notDecimal: Refuses = (field, value) =>
+  field.scalar !== undefined && INT64.has(field.scalar) && typeof value === "string" && !/^-?\d+$/.test(value);

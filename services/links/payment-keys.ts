@@ -12,10 +12,11 @@ import {
   type CompletePaymentRequest,
   type CompletePaymentResponse,
   CompletePaymentResponseSchema,
+  PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { idempotencyKeyReused } from "../shared/rpc-errors.js";
 import { isLinkId } from "../shared/ids.js";
-import { cardDigits, fullYear } from "./card.js";
+import { cardDigits, checkCardFields, fullYear } from "./card.js";
 import type { Executor } from "./db.js";
 import * as store from "./store.js";
 import { validateIdempotencyKey } from "./validate.js";
@@ -64,7 +65,11 @@ export async function replayPayment(db: Executor, req: CompletePaymentRequest): 
   if (key === undefined || !isLinkId(req.linkId)) return undefined;
   const held = await store.findKey(db, refOf(req, key));
   if (!held?.response) return undefined;
-  if (held.requestHash !== requestHash(req)) throw idempotencyKeyReused();
+  if (held.requestHash !== requestHash(req)) {
+    // Bad input is the 400 that names it, as a create's is, rather than a 422.
+    if (req.paymentMethod === PaymentMethod.CARD) checkCardFields(req.card);
+    throw idempotencyKeyReused();
+  }
   return create(CompletePaymentResponseSchema, { ...fromBinary(CompletePaymentResponseSchema, held.response), replayed: true });
 }
 
