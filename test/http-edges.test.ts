@@ -7,7 +7,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startGateway } from "../gateway/server.js";
 import { createDb } from "../services/links/db.js";
-import { startLinksServer } from "../services/links/server.js";
+import { type LinksServerOptions, startLinksServer } from "../services/links/server.js";
 import { testClock } from "./support/clock.js";
 import { freePort, waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -199,15 +199,9 @@ describe("a LinkService whose port is taken", () => {
     let probes = 0;
     const { db, close: closeDb } = createDb(stack.databaseUrl);
     try {
-      const start = startLinksServer({
-        db,
+      const start = linksServer(db, {
         port: taken === "the RPC port" ? held : other,
         metricsPort: taken === "the RPC port" ? other : held,
-        host: "127.0.0.1",
-        checkoutBaseUrl: "http://checkout.test",
-        clock: testClock(),
-        processor: undefined,
-        logger: silent,
         probeDb: async () => void probes++,
       });
       await expect(start).rejects.toThrow(/EADDRINUSE/);
@@ -225,21 +219,41 @@ describe("a LinkService whose port is taken", () => {
   });
 });
 
+/** A LinkService of these tests' own: any free port, no processor, silent unless told otherwise. */
+const linksServer = (db: LinksServerOptions["db"], options: Partial<LinksServerOptions> = {}) =>
+  startLinksServer({ db, port: 0, host: "127.0.0.1", checkoutBaseUrl: "http://checkout.test", clock: testClock(), processor: undefined, logger: silent, ...options });
+
 /** A LinkService on `databaseUrl` with its own gateway, both on real sockets. */
 async function startPair(databaseUrl: string) {
   const { db, close: closeDb } = createDb(databaseUrl);
-  const links = await startLinksServer({
-    db,
-    port: 0,
-    host: "127.0.0.1",
-    checkoutBaseUrl: "http://checkout.test",
-    clock: testClock(),
-    processor: undefined,
-    logger: silent,
-  });
+  const links = await linksServer(db);
   const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${links.port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: "client-id", logger: silent });
   return { links, gateway, closeDb, gatewayUrl: `http://127.0.0.1:${gateway.port}` };
 }
+
+describe("a LinkService started on a loaded host", () => {
+  it("waits at start-up for its probe's first answer, so a slow first connection never closes the gate on its first calls", async () => {
+    const { db, close: closeDb } = createDb(stack.databaseUrl);
+    const warnings: string[] = [];
+    let probes = 0;
+    const links = await linksServer(db, {
+      logger: pino({ level: "warn" }, { write: (line: string) => void warnings.push(line) }),
+      // A new connection's first answer on a busy machine: past the gate's 1 s.
+      probeDb: async () => {
+        if (probes++ === 0) await new Promise((resolve) => setTimeout(resolve, 1_500));
+      },
+    });
+    try {
+      expect(probes).toBe(1);
+      // Past the gate's first probes and their timeout.
+      await waitFor(() => probes >= 6, 5_000);
+      expect(warnings).toEqual([]);
+    } finally {
+      await links.close();
+      await closeDb();
+    }
+  });
+});
 
 describe("when the LinkService is down", () => {
   let pair: Awaited<ReturnType<typeof startPair>>;

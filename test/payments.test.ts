@@ -23,6 +23,7 @@ import { deliveries, links, openHolds, outbox, paymentFailures, payments } from 
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { testClock } from "./support/clock.js";
 import { createDatabase } from "./support/database.js";
+import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 // A database of its own: the capture job's passes here sweep every payment
@@ -369,10 +370,18 @@ describe("when the processor or the clock get in the way", () => {
     // Five attempts whose processor never answers fill the link's room.
     let release!: () => void;
     const hung = new Promise<void>((resolve) => (release = resolve));
-    const stalling: PaymentProcessor = { ...sandbox, authorize: async (req) => hung.then(() => sandbox.authorize(req)) };
+    let asked = 0;
+    const stalling: PaymentProcessor = {
+      ...sandbox,
+      authorize: async (req) => {
+        asked++;
+        return hung.then(() => sandbox.authorize(req));
+      },
+    };
     const payments = paymentsWith(stalling);
     const running = Array.from({ length: 5 }, () => payments.complete(bankTransfer(id)).catch((e: unknown) => e));
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // All five hold their places (on a loaded machine a fixed pause was not enough, and the sixth found room).
+    await waitFor(() => asked === 5, 10_000);
     const leaving = new AbortController();
     const waiting = payments.complete(bankTransfer(id), leaving.signal).catch((e: unknown) => e);
     await new Promise((resolve) => setTimeout(resolve, 200));

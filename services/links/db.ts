@@ -13,7 +13,8 @@ export type Db = ReturnType<typeof drizzle<typeof schema>>;
 export type Executor = Db | Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 const STATEMENT_TIMEOUT_MS = 10_000;
-const FIRST_ANSWER_MS = 10_000;
+/** How long start-up waits for PostgreSQL's first answer on a new connection. */
+export const FIRST_ANSWER_MS = 10_000;
 const MIGRATIONS = fileURLToPath(new URL("./migrations", import.meta.url));
 
 export function createDb(url: string, options: { max?: number } = {}) {

@@ -16,9 +16,9 @@ import type { AuthMode, PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
 import { adminGuard, createAdminService } from "./admin.js";
 import { authenticateCall, authenticateCallers, createAuthenticator, requestContextValues } from "./auth.js";
-import type { Db } from "./db.js";
+import { type Db, FIRST_ANSWER_MS } from "./db.js";
 import { createBatchedStore } from "./batched-store.js";
-import { createDbGate, gated } from "./db-gate.js";
+import { createDbGate, firstAnswer, gated } from "./db-gate.js";
 import { createDeliveryService } from "./deliveries.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
@@ -89,7 +89,9 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const env = opts.env ?? "test";
   const metrics = opts.metrics ?? createLinksMetrics({ db, clock });
   // Every handler, and every API key's lookup, gives up at its deadline, and at once while PostgreSQL does not answer.
-  const gate = createDbGate({ probe: opts.probeDb ?? (() => ping(db)), logger });
+  const probe = opts.probeDb ?? (() => ping(db));
+  await firstAnswer(probe, FIRST_ANSWER_MS);
+  const gate = createDbGate({ probe, logger });
   gate.start();
   const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id", gate });
   const service = metrics.countPayments(gated(createLinkService({
