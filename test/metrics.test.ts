@@ -148,8 +148,8 @@ describe("gateway and LinkService metrics", () => {
       ["/paylink.v1.LinkService/CompletePayment", json, Buffer.from('{"bogus":1}'), "invalid_argument"],
       // Over 1 KiB (the key is in its message): compressed, for a caller that takes gzip.
       ["/paylink.v1.LinkService/ExpireLink", { ...json, "accept-encoding": "gzip" }, Buffer.from(`{"${"k".repeat(2000)}":1}`), "invalid_argument"],
-      ["/paylink.v1.LinkService/GetCheckout", { "content-type": "application/proto" }, garbage, "internal"],
-      ["/paylink.v1.LinkService/ListLinks", { "content-type": "application/grpc-web+proto" }, grpcFrame(garbage), "internal"],
+      ["/paylink.v1.LinkService/GetCheckout", { "content-type": "application/proto" }, garbage, "invalid_argument"],
+      ["/paylink.v1.LinkService/ListLinks", { "content-type": "application/grpc-web+proto" }, grpcFrame(garbage), "invalid_argument"],
       ["/paylink.v1.LinkService/GetPayment", { "content-type": "application/grpc-web+json" }, grpcFrame(notJson), "invalid_argument"],
       ["/paylink.v1.LinkService/ListLinkEvents", { "content-type": "application/grpc+json", te: "trailers" }, grpcFrame(notJson), "invalid_argument"],
       ["/paylink.internal.v1.LinkBatchService/Batches", { "content-type": "application/connect+json" }, grpcFrame(notJson), "invalid_argument"],

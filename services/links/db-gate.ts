@@ -109,25 +109,6 @@ export function createDbGate(opts: DbGateOptions) {
   };
 }
 
-/**
- * Asks until the probe answers, for at most `limitMs`. A probe's first
- * answer includes opening its connection (a backend started, the login),
- * which on a loaded host can take past the probe's own timeout: asked only
- * by the gate, that had closed it and refused a new LinkService's first
- * calls for a second. Start-up waits here instead; a server still silent
- * after it is the gate's to report.
- */
-export async function firstAnswer(probe: () => Promise<void>, limitMs: number): Promise<void> {
-  const until = Date.now() + limitMs;
-  for (;;) {
-    try {
-      return await probe();
-    } catch {
-      if (Date.now() >= until) return;
-    }
-  }
-}
-
 function deadlineError(signal: AbortSignal): ConnectError {
   const reason: unknown = signal.reason;
   if (reason instanceof ConnectError) return reason;

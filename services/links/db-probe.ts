@@ -5,6 +5,9 @@ import { connectPostgres } from "./postgres-client.js";
 import { onSilence } from "../shared/with-timeout.js";
 import { DatabaseTimeout } from "./db-errors.js";
 
+/** How long start-up waits for PostgreSQL's first answer on a new connection. */
+export const FIRST_ANSWER_MS = 10_000;
+
 export function createDbProbe(url: string, timeoutMs = 1_000) {
   // No back-off between connects: the gate already paces its probes, and the
   // driver's default (growing to 20 s) made a probe during an outage wait out
@@ -14,25 +17,28 @@ export function createDbProbe(url: string, timeoutMs = 1_000) {
   const open = () =>
     connectPostgres(url, {
       max: 1,
-      connect_timeout: Math.max(1, Math.ceil(timeoutMs / 1000)),
+      // Each probe is bounded by its own limit, which drops a connection that
+      // keeps it waiting; start-up's first probe may take a first answer's time.
+      connect_timeout: FIRST_ANSWER_MS / 1000,
       backoff: () => 0,
       fetch_types: false,
       onnotice: () => {},
     });
   let sql = open();
   return {
-    async probe(): Promise<void> {
+    /** `select 1` within `limitMs` (the probe's own timeout unless told): a silent connection is dropped, and the next probe opens another. */
+    async probe(limitMs = timeoutMs): Promise<void> {
       const current = sql;
       let cancel: (() => void) | undefined;
       try {
         await Promise.race([
           current`select 1`,
           new Promise((_, reject) => {
-            cancel = onSilence(timeoutMs, () => {
+            cancel = onSilence(limitMs, () => {
               // A server that does not answer keeps this connection busy: start afresh next time.
               if (sql === current) sql = open();
               void current.end({ timeout: 0 }).catch(() => {});
-              reject(new DatabaseTimeout(`PostgreSQL did not answer within ${timeoutMs} ms`));
+              reject(new DatabaseTimeout(`PostgreSQL did not answer within ${limitMs} ms`));
             });
           }),
         ]);

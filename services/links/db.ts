@@ -2,7 +2,7 @@ import { fileURLToPath } from "node:url";
 import { drizzle } from "drizzle-orm/postgres-js";
 import { migrate } from "drizzle-orm/postgres-js/migrator";
 import type postgres from "postgres";
-import { createDbProbe } from "./db-probe.js";
+import { createDbProbe, FIRST_ANSWER_MS } from "./db-probe.js";
 import { connectPostgres } from "./postgres-client.js";
 import { FirstConnectionFailed, fromPostgres, MigrationFailed } from "./db-errors.js";
 import { withTimeout } from "../shared/with-timeout.js";
@@ -13,8 +13,6 @@ export type Db = ReturnType<typeof drizzle<typeof schema>>;
 export type Executor = Db | Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 const STATEMENT_TIMEOUT_MS = 10_000;
-/** How long start-up waits for PostgreSQL's first answer on a new connection. */
-export const FIRST_ANSWER_MS = 10_000;
 const MIGRATIONS = fileURLToPath(new URL("./migrations", import.meta.url));
 
 export function createDb(url: string, options: { max?: number } = {}) {

@@ -16,9 +16,10 @@ import type { AuthMode, PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
 import { adminGuard, createAdminService } from "./admin.js";
 import { authenticateCall, authenticateCallers, createAuthenticator, requestContextValues } from "./auth.js";
-import { type Db, FIRST_ANSWER_MS } from "./db.js";
+import type { Db } from "./db.js";
+import { FIRST_ANSWER_MS } from "./db-probe.js";
 import { createBatchedStore } from "./batched-store.js";
-import { createDbGate, firstAnswer, gated } from "./db-gate.js";
+import { createDbGate, gated } from "./db-gate.js";
 import { createDeliveryService } from "./deliveries.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
@@ -36,6 +37,7 @@ import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot }
 import { serveMetrics } from "../shared/metrics.js";
 import { startSpan } from "../shared/telemetry.js";
 import { runWithTrace, traceFrom } from "../shared/trace-context.js";
+import { withTimeout } from "../shared/with-timeout.js";
 import { errorBoundary, toRpcError } from "./interceptors.js";
 import { createPayments } from "./payments.js";
 import type { PaymentProcessor } from "./processor.js";
@@ -64,8 +66,8 @@ export interface LinksServerOptions {
   metrics?: LinksMetrics;
   /** LINKS_METRICS_PORT: /metrics listens there, apart from the RPC port; none when absent. */
   metricsPort?: number;
-  /** PostgreSQL's reachability on a connection of its own (createDb's probe); default: a query on the pool. */
-  probeDb?: () => Promise<void>;
+  /** PostgreSQL's reachability on a connection of its own (createDb's probe), within `limitMs` when given; default: a query on the pool. */
+  probeDb?: (limitMs?: number) => Promise<void>;
   /** How long a closing HTTP/2 session may finish before it is destroyed; default SESSION_CLOSE_GRACE_MS. */
   sessionCloseGraceMs?: number;
   /** A session with no frames this long is pinged, and destroyed unless it answers; default SESSION_IDLE_MS (idle-sessions.ts). */
@@ -90,7 +92,12 @@ export async function startLinksServer(opts: LinksServerOptions) {
   const metrics = opts.metrics ?? createLinksMetrics({ db, clock });
   // Every handler, and every API key's lookup, gives up at its deadline, and at once while PostgreSQL does not answer.
   const probe = opts.probeDb ?? (() => ping(db));
-  await firstAnswer(probe, FIRST_ANSWER_MS);
+  // The probe's first answer opens its connection (a backend started, the
+  // login), which on a loaded machine took past the gate's 1 s: the gate of a
+  // LinkService just started closed and refused its first calls. Asked once
+  // here with start-up's allowance instead; whatever comes (an answer, an
+  // error, silence), the gate takes it from there.
+  await withTimeout(probe(FIRST_ANSWER_MS), FIRST_ANSWER_MS, "PostgreSQL").catch(() => {});
   const gate = createDbGate({ probe, logger });
   gate.start();
   const authenticator = createAuthenticator({ db, clock, env, mode: opts.auth ?? "client-id", gate });
