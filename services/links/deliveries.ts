@@ -35,9 +35,6 @@ import type { DeliveryRow } from "./store.js";
  * gave up before the answer is freed at once (startAttempt below).
  */
 export const LEASE_MS = 60_000;
-/** What the log says of an attempt whose lease lapsed with nothing recorded. */
-export const UNRECORDED =
-  "no outcome was recorded: the notifier stopped before it could record this attempt, which may or may not have reached your server";
 /** A copy may come this much before its due time (clocks, timers) and still be the scheduled one. */
 const EARLY_MS = 1_000;
 /** A copy that finds an attempt under way looks again this soon: attempts end within seconds. */
@@ -155,26 +152,9 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
       await store.updateDelivery(tx, row.eventId, { status: "no_webhook", nextAttemptAt: null, reconcileAt: null });
       return skip("the link has no webhook");
     }
-    if (row.leaseToken !== null) {
-      // The lease lapsed with nothing recorded or released under it: its
-      // notifier stopped mid-attempt (the merchant's server may have had the
-      // request) or never had its claim's answer (nothing was sent). Logged,
-      // so that the log shows every request the server may have seen.
-      await store.insertAttempt(tx, {
-        eventId: row.eventId,
-        generation: row.generation,
-        at: new Date((row.leaseUntil ?? now).getTime() - LEASE_MS),
-        statusCode: null,
-        error: UNRECORDED,
-        durationMs: 0,
-        leaseToken: row.leaseToken,
-        unrecorded: true,
-      });
-    }
     // The place in the schedule is the attempts this generation's log holds,
-    // not the claims (`started`) nor the unrecorded ones: a claim whose answer
-    // was lost sent nothing, and must not spend a delay or bring the dead
-    // letter nearer.
+    // not the claims (`started`): a claim whose answer was lost sent nothing,
+    // and must not spend a delay or bring the dead letter nearer.
     const made = await attemptsMade(tx, row);
     const leaseToken = randomUUID();
     const leaseUntil = new Date(now.getTime() + LEASE_MS);
@@ -195,7 +175,7 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
   }
 
   async function attemptsMade(tx: Executor, row: DeliveryRow): Promise<number> {
-    return (await store.attemptsOf(tx, [row.eventId])).filter((a) => a.generation === row.generation && !a.unrecorded).length;
+    return (await store.attemptsOf(tx, [row.eventId])).filter((a) => a.generation === row.generation).length;
   }
 
   /** Frees a lease no attempt runs under, unless it has lapsed and another copy holds the event now. */
@@ -211,17 +191,15 @@ export function createDeliveryService(deps: { db: Db; clock: Clock }): ServiceIm
     const now = clock.now();
     const row = isEventId(req.eventId) ? await store.lockDelivery(tx, req.eventId) : undefined;
     if (!row) throw new ConnectError("Event not found", Code.NotFound);
-    const attempt = {
+    const first = await store.insertAttempt(tx, {
       eventId: row.eventId,
       generation: req.generation,
       at: req.at ? timestampDate(req.at) : now,
       statusCode: req.statusCode ?? null,
       error: req.error === undefined ? null : storableAttemptError(req.error),
       durationMs: req.durationMs,
-    };
-    const first =
-      (await store.insertAttempt(tx, { ...attempt, leaseToken: req.leaseToken || null })) ||
-      (req.leaseToken !== "" && (await store.recordUnrecordedAttempt(tx, { ...attempt, leaseToken: req.leaseToken })));
+      leaseToken: req.leaseToken || null,
+    });
     const failed = (status: DeliveryRow["status"]) => status === "failed" && req.generation === row.generation;
     // The notifier retries a record whose answer it lost: the first one
     // logged the attempt and set the schedule, and this one changes nothing.

@@ -206,13 +206,6 @@ export const deliveryAttempts = pgTable(
      * Null for attempts recorded without one.
      */
     leaseToken: text("lease_token"),
-    /**
-     * Logged for a lease that lapsed with nothing recorded under it (the
-     * notifier stopped mid-attempt, or never had its claim's answer): the
-     * merchant's server may have had the request. It spends no place in the
-     * schedule, and a late record under its lease fills it in.
-     */
-    unrecorded: boolean("unrecorded").notNull().default(false),
   },
   (t) => [
     primaryKey({ columns: [t.eventId, t.number] }),

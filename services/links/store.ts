@@ -397,22 +397,6 @@ export async function insertAttempt(db: Executor, row: Omit<typeof deliveryAttem
 }
 
 /**
- * Fills in the unrecorded attempt logged for this lease, when a record under
- * it comes after all (a copy that was only slow); answers whether there was one.
- */
-export async function recordUnrecordedAttempt(
-  db: Executor,
-  row: Omit<typeof deliveryAttempts.$inferInsert, "number" | "unrecorded"> & { leaseToken: string },
-): Promise<boolean> {
-  const updated = await db
-    .update(deliveryAttempts)
-    .set({ generation: row.generation, at: row.at, statusCode: row.statusCode, error: row.error, durationMs: row.durationMs, unrecorded: false })
-    .where(and(eq(deliveryAttempts.eventId, row.eventId), eq(deliveryAttempts.leaseToken, row.leaseToken), eq(deliveryAttempts.unrecorded, true)))
-    .returning({ number: deliveryAttempts.number });
-  return updated.length > 0;
-}
-
-/**
  * Events nothing has happened to since `before` that still owe a webhook or a
  * dead letter, oldest first, skipping rows another copy holds: what
  * reconciliation publishes again.

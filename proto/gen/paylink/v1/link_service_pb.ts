@@ -1009,9 +1009,7 @@ export type DeliveryAttempt = Message<"paylink.v1.DeliveryAttempt"> & {
 
   /**
    * Why the attempt failed, when it did (a timeout, a refused connection,
-   * a non-2xx answer); for an attempt whose outcome was never recorded (the
-   * notifier stopped during it), a sentence saying so, with no status_code
-   * and a duration_ms of 0.
+   * a non-2xx answer).
    *
    * @generated from field: optional string error = 4;
    */

@@ -1,1 +1,0 @@
-ALTER TABLE "delivery_attempts" ADD COLUMN "unrecorded" boolean DEFAULT false NOT NULL;
