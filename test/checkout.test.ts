@@ -73,6 +73,19 @@ describe("GET /link/{id}", () => {
     expect(html).toContain("<noscript><p class=\"status error\">This page needs JavaScript to take your payment.");
   });
 
+  it("keeps a merchant name's bidi controls inside the name: the page's own words never turn around, the title holds none", async () => {
+    const spoof = "\u202egnp.lapyap";
+    const { html } = await page(await createLink({ merchant_name: spoof, cancel_url: "https://shop.example/cart" }));
+    expect(html).toContain(`<h1><bdi>${spoof}</bdi></h1>`);
+    expect(html).toContain(` to <bdi>${spoof}</bdi>. You can close this page.</p>`);
+    expect(html).toContain(`Cancel and return to <bdi>${spoof}</bdi></a>`);
+    expect(html).toMatch(/<title>Pay \$[\d.]+ to gnp\.lapyap<\/title>/);
+    // The avatar shows the first character that shows at all, not the override.
+    expect(html).toContain('<span class="avatar" aria-hidden="true">G</span>');
+    const zeroWidth = await page(await createLink({ merchant_name: "\u200b\u0301acme" }));
+    expect(zeroWidth.html).toContain('<span class="avatar" aria-hidden="true">A</span>');
+  });
+
   it("shows a merchant's initial whole when it is an emoji", async () => {
     const { html } = await page(await createLink({ merchant_name: "🍩 Donut Shop" }));
     expect(html).toContain('<span class="avatar" aria-hidden="true">🍩</span>');
@@ -122,7 +135,7 @@ describe("GET /link/{id}", () => {
 
   it("links the cancel action to cancel_url and shows none without one", async () => {
     const withCancel = await page(await createLink({ merchant_name: "Acme", cancel_url: "https://shop.example/cart?x=1&y=2" }));
-    expect(withCancel.html).toContain('href="https://shop.example/cart?x=1&amp;y=2">Cancel and return to Acme</a>');
+    expect(withCancel.html).toContain('href="https://shop.example/cart?x=1&amp;y=2">Cancel and return to <bdi>Acme</bdi></a>');
     const without = await page(await createLink());
     expect(without.html).not.toContain("Cancel");
   });

@@ -33,5 +33,15 @@ export function html(strings: TemplateStringsArray, ...values: Part[]): Html {
   return new Html(out);
 }
 
+/**
+ * A merchant's text inside the page's own sentences, isolated from them: a
+ * bidi control in it (an unclosed U+202E) ends with it instead of turning
+ * "You can close this page." around after it.
+ */
+export const isolated = (text: string): Html => html`<bdi>${text}</bdi>`;
+
+/** For plain text (a title), which holds no markup to isolate with: the explicit bidi controls taken out. */
+export const withoutBidiControls = (text: string): string => text.replace(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, "");
+
 /** Trusted markup, such as our own bundled assets. */
 export const raw = (markup: string) => new Html(markup);

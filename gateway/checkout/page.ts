@@ -5,7 +5,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Checkout, type LinkData, PaymentMethod } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import { type MethodName, methodName, PAYMENT_METHODS } from "../../services/shared/names.js";
 import { formatExpiry, formatMoney } from "./format.js";
-import { type Html, html } from "./html.js";
+import { type Html, html, isolated, withoutBidiControls } from "./html.js";
 import { documentOf } from "./layout.js";
 
 export interface PageOptions {
@@ -27,10 +27,10 @@ const LONG_AMOUNT = 12;
 const merchantNameOf = (data: LinkData | undefined) => data?.merchantName?.trim() || undefined;
 
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
-  const merchant = merchantNameOf(data) ?? "Payment request";
+  const merchant = merchantNameOf(data);
   return html`<header class="merchant">
-  <span class="avatar" aria-hidden="true">${initialOf(merchant)}</span>
-  <div class="merchant-text"><p class="eyebrow">${eyebrow}</p><h1>${merchant}</h1></div>
+  <span class="avatar" aria-hidden="true">${initialOf(merchant ?? "Payment request")}</span>
+  <div class="merchant-text"><p class="eyebrow">${eyebrow}</p><h1>${merchant ? isolated(merchant) : "Payment request"}</h1></div>
   ${testMode ? html`<span class="badge">Test mode</span>` : ""}
 </header>`;
 }
@@ -116,12 +116,12 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
     </div>
     <div id="status" class="status" role="status" aria-live="assertive" aria-atomic="true"></div>
     <button type="submit" id="pay-button" class="button pay">Pay ${total}</button>
-    ${cancelUrl ? html`<a id="cancel-link" class="button secondary" href="${cancelUrl}">Cancel and return to ${merchant ?? "the merchant"}</a>` : ""}
+    ${cancelUrl ? html`<a id="cancel-link" class="button secondary" href="${cancelUrl}">Cancel and return to ${merchant ? isolated(merchant) : "the merchant"}</a>` : ""}
   </form>
   <div id="success" class="done" tabindex="-1" hidden>
     <div class="icon ok" aria-hidden="true">✓</div>
     <h2>Payment complete</h2>
-    <p>You paid ${total}${merchant ? html` to ${merchant}` : ""}. You can close this page.</p>
+    <p>You paid ${total}${merchant ? html` to ${isolated(merchant)}` : ""}. You can close this page.</p>
     <p class="mono">Payment <span id="payment-id"></span></p>
   </div>
 </section>
@@ -130,7 +130,7 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
   ${expiresAt ? html`<p id="expiry-note">This payment link expires ${expiresAt}.</p>` : ""}
 </footer>
 </main>`;
-  return documentOf(`Pay ${total}${merchant ? ` to ${merchant}` : ""}`, body, { script: true });
+  return documentOf(`Pay ${total}${merchant ? ` to ${withoutBidiControls(merchant)}` : ""}`, body, { script: true });
 }
 
 /** What the browser would follow: the URL's canonical form, for http and https only. */
@@ -141,5 +141,13 @@ function canonicalHttpUrl(value: string | undefined): string | undefined {
 }
 
 const graphemes = new Intl.Segmenter("en", { granularity: "grapheme" });
-/** The first character as people see it: a whole emoji (flags and ZWJ sequences too), not half of a UTF-16 pair. */
-const initialOf = (name: string) => (graphemes.segment(name)[Symbol.iterator]().next().value?.segment ?? "").toUpperCase();
+/**
+ * The first character as people see it: a whole emoji (flags and ZWJ
+ * sequences too), not half of a UTF-16 pair, and not one that shows nothing
+ * (a bidi control, a zero-width space, a lone combining mark).
+ */
+function initialOf(name: string): string {
+  for (const { segment } of graphemes.segment(name)) if (VISIBLE.test(segment)) return segment.toUpperCase();
+  return "";
+}
+const VISIBLE = /[\p{L}\p{N}\p{S}\p{P}]/u;
