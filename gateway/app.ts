@@ -18,7 +18,7 @@ import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
 import { endSpans, tracedChildLogger } from "./trace.js";
-import { ALL_METHODS, literalIfUndecodable, sendError } from "./routing.js";
+import { ALL_METHODS, headerText, literalIfUndecodable, sendError } from "./routing.js";
 
 export type { GatewayDeps } from "./deps.js";
 
@@ -139,6 +139,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   }
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
+    const key = req.headers["idempotency-key"];
+    if (typeof key === "string") req.headers["idempotency-key"] = headerText(key);
     // RFC 9112 §3.2: a server must refuse an HTTP/1.1 request that names no
     // host; which request comes next on such a connection is anyone's guess.
     if (req.headers.host === undefined && req.raw.httpVersion === "1.1") {

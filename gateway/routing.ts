@@ -33,6 +33,24 @@ export function literalIfUndecodable(url: string): string {
   }
 }
 
+const UTF8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A header's value as the client wrote it, where the contract counts its
+ * characters and gRPC carries it in a message (Idempotency-Key): Node reads
+ * header bytes as Latin-1, and clients send UTF-8, so "€" had counted as
+ * three characters and been kept as three others. A value that is not UTF-8
+ * stays as Node read it.
+ */
+export function headerText(value: string): string {
+  if (!/[^\x00-\x7f]/.test(value)) return value;
+  try {
+    return UTF8.decode(Buffer.from(value, "latin1"));
+  } catch {
+    return value;
+  }
+}
+
 /** Every value the request gives a header, in order (Node keeps one, or joins them). */
 export function headerValues(req: FastifyRequest, name: string): string[] {
   const values: string[] = [];

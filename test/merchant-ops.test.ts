@@ -375,6 +375,29 @@ describe("Idempotency-Key", () => {
     }
   });
 
+  it("counts a UTF-8 key in characters, as gRPC does, and knows it again over gRPC", async () => {
+    const me = uniqueClient();
+    const key = `${"€".repeat(100)}-${Date.now()}`; // 114 characters, 314 bytes
+    // On the wire as UTF-8 bytes, as clients send them (fetch passes each char of a ByteString as a byte).
+    const wire = Buffer.from(key).toString("latin1");
+    const first = await post(me, wire, validLink());
+    expect(first.status, first.text).toBe(201);
+    const again = await post(me, wire, validLink());
+    expect([again.status, again.headers.get("idempotent-replayed"), again.body.id]).toEqual([201, "true", first.body.id]);
+    const overGrpc = await grpc().createLink(
+      // validLink() as the gateway sends it.
+      create(CreateLinkRequestSchema, {
+        type: LinkType.PAYMENT,
+        data: { amount: { value: 1050n, currency: "USD" }, description: "Coffee beans" },
+        idempotencyKey: key,
+      }),
+      { headers: await stack.merchantHeaders(me) },
+    );
+    expect([overGrpc.replayed, overGrpc.link?.id]).toEqual([true, first.body.id]);
+    const tooLong = await post(me, Buffer.from("€".repeat(256)).toString("latin1"), validLink());
+    expect({ status: tooLong.status, body: tooLong.body }).toEqual({ status: 400, body: { error: "Idempotency-Key must be 1 to 255 characters" } });
+  });
+
   it("keeps keys per client", async () => {
     const [a, b] = [uniqueClient(), uniqueClient()];
     const first = await post(a, "shared", validLink());
