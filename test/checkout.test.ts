@@ -125,8 +125,8 @@ describe("GET /link/{id}", () => {
     expect(both.html).toContain('value="bank_transfer"');
   });
 
-  it("names no merchant where merchant_name holds only blanks: not in the title, the header or the success message", async () => {
-    const { html } = await page(await createLink({ merchant_name: "   ", cancel_url: "https://shop.example/cart" }));
+  it.each(["   ", "\u200b", "\u3164"])("names no merchant where merchant_name shows nothing (%j): not in the title, the header or the success message", async (name) => {
+    const { html } = await page(await createLink({ merchant_name: name, cancel_url: "https://shop.example/cart" }));
     expect(html).toMatch(/<title>Pay \$\d+\.\d\d<\/title>/);
     expect(html).toContain("<h1>Payment request</h1>");
     expect(html).toMatch(/<p>You paid \$\d+\.\d\d\. You can close this page\.<\/p>/);

@@ -208,6 +208,10 @@ describe("validation (400 naming the field)", () => {
     // description and items
     ["description empty", (b) => (b.data.description = ""), "data.description must be 1 to 1000 characters and not blank"],
     ["description blank", (b) => (b.data.description = " \t\n "), "data.description must be 1 to 1000 characters and not blank"],
+    // Nothing in them shows: zero-width and bidi characters, a Hangul filler, the braille blank.
+    ["description zero-width", (b) => (b.data.description = "\u200b\u200d\u202e"), "data.description must be 1 to 1000 characters and not blank"],
+    ["description fillers", (b) => (b.data.description = "\u2800 \u3164"), "data.description must be 1 to 1000 characters and not blank"],
+    ["item name zero-width", (b) => (b.data.items = [item({ name: "\u200b" })]), "data.items[0].name must be 1 to 200 characters and not blank"],
     ["description 1001", (b) => (b.data.description = long(1001)), "data.description must be 1 to 1000 characters and not blank"],
     ["description a number", (b) => (b.data.description = 5), "data.description must be a string"],
     ["neither description nor items", (b) => delete b.data.description, "data.description or data.items is required"],

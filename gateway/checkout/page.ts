@@ -3,6 +3,7 @@
 // no client id, so the page cannot show them by mistake.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Checkout, type LinkData, PaymentMethod } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { isBlank } from "../../services/shared/blank.js";
 import { type MethodName, methodName, PAYMENT_METHODS } from "../../services/shared/names.js";
 import { formatExpiry, formatMoney } from "./format.js";
 import { type Html, html, isolated, withoutBidiControls } from "./html.js";
@@ -23,8 +24,9 @@ const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer:
  */
 const LONG_AMOUNT = 12;
 
-/** The merchant's name as the customer should see it, or undefined for none or only blanks. */
-const merchantNameOf = (data: LinkData | undefined) => data?.merchantName?.trim() || undefined;
+/** The merchant's name as the customer should see it, or undefined for none or one in which nothing shows. */
+const merchantNameOf = (data: LinkData | undefined) =>
+  data?.merchantName === undefined || isBlank(data.merchantName) ? undefined : data.merchantName.trim();
 
 export function merchantHeader(data: LinkData | undefined, testMode: boolean, eyebrow: string): Html {
   const merchant = merchantNameOf(data);

@@ -9,6 +9,7 @@ import {
   type ListLinksRequest,
   PaymentMethod,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { isBlank } from "../shared/blank.js";
 import { absoluteHttpUrl } from "../shared/http-url.js";
 import { currencyDigits, isKnownCurrency } from "../shared/money.js";
 import { isLinkId } from "../shared/ids.js";
@@ -204,7 +205,7 @@ export function noNul(path: string, value: string): void {
 function text(path: string, value: string, min: number, max: number, notBlank = false): void {
   noNul(path, value);
   const n = length(value);
-  if (n < min || n > max || (notBlank && value.trim() === "")) {
+  if (n < min || n > max || (notBlank && isBlank(value))) {
     throw invalid(`${path} must be ${min} to ${max} characters${notBlank ? " and not blank" : ""}`);
   }
 }
