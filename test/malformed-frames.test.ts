@@ -21,25 +21,27 @@ afterAll(async () => {
   await stack?.close();
 });
 
-async function grpcStatus(headers: Record<string, string>, body: Buffer, path = "/paylink.v1.LinkService/GetLink"): Promise<string | undefined> {
+/** The whole answer to one request on the test's session: headers, trailers and body. */
+async function answer(headers: Record<string, string>, body: Buffer, path = "/paylink.v1.LinkService/GetLink") {
   const merchant = await stack.merchantHeaders("client-a");
-  const req = session.request({
-    ":method": "POST",
-    ":path": path,
-    "content-type": "application/grpc",
-    te: "trailers",
-    ...merchant,
-    ...headers,
-  });
-  return new Promise((resolve, reject) => {
-    let status: string | undefined;
-    req.on("response", (h) => (status = h["grpc-status"] as string | undefined));
-    req.on("trailers", (t) => (status ??= t["grpc-status"] as string | undefined));
-    req.on("data", () => {});
-    req.on("end", () => resolve(status));
+  const req = session.request({ ":method": "POST", ":path": path, ...merchant, ...headers });
+  return new Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }>((resolve, reject) => {
+    let answered: http2.IncomingHttpHeaders = {};
+    let trailers: http2.IncomingHttpHeaders = {};
+    const chunks: Buffer[] = [];
+    req.on("response", (h) => (answered = h));
+    req.on("trailers", (t) => (trailers = t));
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => resolve({ headers: answered, trailers, body: Buffer.concat(chunks) }));
     req.on("error", reject);
     req.end(body);
   });
+}
+
+/** A plain gRPC call's status: in the headers of a trailers-only answer, else in the trailers. */
+async function grpcStatus(headers: Record<string, string>, body: Buffer, path?: string): Promise<string | undefined> {
+  const res = await answer({ "content-type": "application/grpc", te: "trailers", ...headers }, body, path);
+  return (res.headers["grpc-status"] ?? res.trailers["grpc-status"]) as string | undefined;
 }
 
 const valid = () => Buffer.from(toBinary(GetLinkRequestSchema, create(GetLinkRequestSchema, { id: "lnk-nope" })));
@@ -84,20 +86,6 @@ it.each([
   const connect = await answer({ "content-type": "application/proto", "connect-protocol-version": "1" }, message);
   expect([connect.headers[":status"], JSON.parse(connect.body.toString()).code]).toEqual([400, "invalid_argument"]);
 });
-
-async function answer(headers: Record<string, string>, body: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; body: Buffer }> {
-  const merchant = await stack.merchantHeaders("client-a");
-  const req = session.request({ ":method": "POST", ":path": "/paylink.v1.LinkService/GetLink", ...merchant, ...headers });
-  return new Promise((resolve, reject) => {
-    let answered: http2.IncomingHttpHeaders = {};
-    const chunks: Buffer[] = [];
-    req.on("response", (h) => (answered = h));
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => resolve({ headers: answered, body: Buffer.concat(chunks) }));
-    req.on("error", reject);
-    req.end(body);
-  });
-}
 
 /** An HTTP/2 frame: length, type, flags, stream id, payload. */
 function h2Frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {

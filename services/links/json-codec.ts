@@ -41,6 +41,7 @@ function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>
   // Fatal: JSON is UTF-8 (RFC 8259), and a decoder that repaired bad bytes
   // into U+FFFD created a link whose text the caller never sent.
   const utf8 = new TextDecoder("utf-8", { fatal: true });
+  const int64s = holdsInt64(desc);
   return {
     decode(input?: Uint8Array) {
       let json: string;
@@ -56,7 +57,7 @@ function checkedDecoder(desc: DescMessage, readOptions: Partial<JsonReadOptions>
       }
       // protobuf-es reads a 64-bit integer's string with BigInt, which also
       // takes "0x10", "0b11" and " 12": an amount the caller never wrote.
-      const field = fieldIn(desc, JSON.parse(json), notDecimal);
+      const field = int64s ? fieldIn(desc, JSON.parse(json), notDecimal) : undefined;
       if (field) throw invalid(`cannot decode ${String(field)} from JSON: expected a decimal integer`);
       return json;
     },
@@ -131,6 +132,15 @@ const isObject = (value: unknown): value is Record<string, unknown> => typeof va
 const notOf = (desc: DescEnum, value: unknown) =>
   value !== null && !Number.isInteger(value) && !(typeof value === "string" && desc.values.some((v) => v.name === value));
 const notOfEnum: Refuses = (field, value) => field.enum !== undefined && notOf(field.enum, value);
+
+/** Whether a message, at any depth, has a 64-bit integer field: worked out once per method, not per request. */
+function holdsInt64(desc: DescMessage, seen = new Set<DescMessage>()): boolean {
+  if (seen.has(desc)) return false;
+  seen.add(desc);
+  return desc.fields.some((field) =>
+    field.message ? holdsInt64(field.message, seen) : field.scalar !== undefined && INT64.has(field.scalar),
+  );
+}
 
 const INT64 = new Set([ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT64, ScalarType.FIXED64, ScalarType.SFIXED64]);
 const notDecimal: Refuses = (field, value) =>
