@@ -26,13 +26,17 @@ type ListQuery = Static<typeof ROUTE_SCHEMAS.links.GET.querystring>;
 const LIST_LINKS: RequestRules = {
   part: "querystring",
   places: [
-    { at: "", words: { additionalProperties: (_path, e) => `Unknown query parameter ${e.params.additionalProperty}` } },
+    { at: "", words: { additionalProperties: (_path, e) => unknownParameter(String(e.params.additionalProperty)) } },
     // A value given twice arrives as an array.
     { at: "/limit", words: { type: "limit must be given once", pattern: LIMIT_RANGE } },
     { at: "/starting_after", words: { type: "starting_after must be given once" } },
     { at: "/status", words: { type: "status must be given once", enum: STATUS_VALUES } },
   ],
 };
+
+// `?=x` names a parameter with no name, which the message would leave blank.
+const unknownParameter = (name: string) =>
+  name === "" ? "Query parameter names must not be empty" : `Unknown query parameter ${name}`;
 
 /** Registered with prefix /v1. */
 export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth, rateLimitClient, metrics }) => {

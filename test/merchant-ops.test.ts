@@ -100,6 +100,7 @@ describe("GET /v1/links", () => {
     ["starting_after=nope", "starting_after must be a link id"],
     ["limit=1&limit=2", "limit must be given once"],
     ["sort=asc", "Unknown query parameter sort"],
+    ["=x", "Query parameter names must not be empty"],
   ])("answers 400 for %s", async (query, message) => {
     const res = await api(stack, "GET", `/v1/links?${query}`);
     expect(res.status).toBe(400);
