@@ -3,6 +3,7 @@ import type { Logger } from "../services/shared/logger.js";
 import { buildGateway } from "./app.js";
 import { createClients } from "./clients.js";
 import { createGatewayMetrics } from "./metrics.js";
+import { anyAddress } from "../services/shared/any-address.js";
 import { serveMetrics } from "../services/shared/metrics.js";
 
 export interface GatewayOptions {
@@ -32,7 +33,7 @@ export async function startGateway(opts: GatewayOptions) {
   const metricsServer =
     opts.metricsPort === undefined ? undefined : await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
   try {
-    await app.listen({ port: opts.port, host: opts.host ?? "0.0.0.0" });
+    await app.listen({ port: opts.port, host: opts.host ?? (await anyAddress()) });
   } catch (err) {
     await metricsServer?.close();
     clients.close();

@@ -13,6 +13,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { NODE_FLAGS } from "../services/dev/node-flags.js";
+import { anyAddress } from "../services/shared/any-address.js";
 import { createDatabase } from "./support/database.js";
 import { canConnect, freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
 import { ENTRIES, type Proc, type Role, ROOT, spawnRole, startServices, waitReady } from "./support/processes.js";
@@ -581,6 +582,18 @@ describe("SIGTERM under load", () => {
           body: JSON.stringify({ type: "payment", data: { amount: { value: 1, currency: "USD" }, description: "Profiled" } }),
         });
         expect(created.status).toBe(201);
+        if ((await anyAddress()) === "::") {
+          // Every address, IPv6's too, as Node's listen(port) would: bound to 0.0.0.0, no IPv6 client reached them.
+          expect(await fetch(`http://[::1]:${gatewayPort}/healthz`).then((r) => r.status)).toBe(200);
+          expect(await fetch(`http://[::1]:${notifierPort}/readyz`).then((r) => r.status)).toBe(200);
+          await new Promise<void>((resolve, reject) => {
+            const socket = net.connect(linksPort, "::1", () => {
+              socket.destroy();
+              resolve();
+            });
+            socket.once("error", reject);
+          });
+        }
       } finally {
         // One Ctrl-C may arrive twice (the terminal's, and npm's forwarded): it is still one, an ordered stop.
         start.signal("SIGINT");

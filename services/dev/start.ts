@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import net from "node:net";
 import { fileURLToPath } from "node:url";
+import { anyAddress } from "../shared/any-address.js";
 import { ConfigError, loadConfig, port } from "../shared/config.js";
 import { ensureNats, reachable } from "./nats-server.js";
 import { NODE_FLAGS } from "./node-flags.js";
@@ -178,11 +179,12 @@ async function portsFree(ports: [name: string, port: number][]) {
     const same = ports.find(([, other], j) => j < i && other === port);
     if (same) throw new Error(`${name} and ${same[0]} are both ${port}: each needs a port of its own`);
   }
+  const host = await anyAddress();
   for (const [name, port] of ports) {
     const error = await new Promise<NodeJS.ErrnoException | undefined>((resolve) => {
       const probe = net.createServer();
       probe.once("error", resolve);
-      probe.listen(port, "0.0.0.0", () => probe.close(() => resolve(undefined)));
+      probe.listen(port, host, () => probe.close(() => resolve(undefined)));
     });
     if (error?.code === "EADDRINUSE") throw new Error(`${name} ${port} is in use by another program: stop it, or set ${name} to a free port`);
     if (error) throw new Error(`${name} ${port} cannot be listened on: ${error.message}`);

@@ -34,6 +34,7 @@ import { boundOpenCalls, MAX_OPEN_CALLS } from "./open-calls.js";
 import { createReflection } from "./reflection.js";
 import { DEADLINE_GRACE_MS, settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
+import { anyAddress } from "../shared/any-address.js";
 import { serveMetrics } from "../shared/metrics.js";
 import { startSpan } from "../shared/telemetry.js";
 import { runWithTrace, traceFrom } from "../shared/trace-context.js";
@@ -213,9 +214,10 @@ export async function startLinksServer(opts: LinksServerOptions) {
   let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined;
   try {
     if (opts.metricsPort !== undefined) metricsServer = await serveMetrics({ registry: metrics.registry, port: opts.metricsPort, host: opts.host });
+    const host = opts.host ?? (await anyAddress());
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
-      server.listen(opts.port, opts.host ?? "0.0.0.0", resolve);
+      server.listen(opts.port, host, resolve);
     });
   } catch (err) {
     await metricsServer?.close();

@@ -5,6 +5,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { collectDefaultMetrics, Gauge, Registry } from "prom-client";
+import { anyAddress } from "./any-address.js";
 
 /** Seconds; from a fast RPC (about a millisecond) to a slow payment. */
 export const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -53,10 +54,11 @@ export async function serveMetrics(opts: { registry: Registry; port: number; hos
 }
 
 /** Listens (0 picks a free port); answers the port and a close that does not wait for idle keep-alive connections. */
-export async function listenHttp(server: http.Server, port: number, host = "0.0.0.0") {
+export async function listenHttp(server: http.Server, port: number, host?: string) {
+  const address = host ?? (await anyAddress());
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(port, host, resolve);
+    server.listen(port, address, resolve);
   });
   return {
     port: (server.address() as AddressInfo).port,
