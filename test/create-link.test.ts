@@ -263,6 +263,7 @@ describe("validation (400 naming the field)", () => {
     ["redirect_url javascript:", (b) => (b.data.redirect_url = "javascript:alert(1)"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url 2049", (b) => (b.data.redirect_url = `https://shop.test/${"r".repeat(2049 - 18)}`), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     // What the WHATWG parser would repair is not an absolute URL as typed: no "//", whitespace, a backslash.
+    ["redirect_url on port 0", (b) => (b.data.redirect_url = "https://shop.test:0/done"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url without //", (b) => (b.data.redirect_url = "https:shop.test/done"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url with a space", (b) => (b.data.redirect_url = "https://shop.test/a b"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url with a leading space", (b) => (b.data.redirect_url = " https://shop.test/"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
@@ -288,6 +289,7 @@ describe("validation (400 naming the field)", () => {
     ["metadata api_key not ASCII", (b) => (b.metadata = { api_key: "sécret" }), "metadata.api_key must be printable ASCII characters"],
     ["metadata webhook not a URL", (b) => (b.metadata = { webhook: "not a url" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     ["metadata webhook without //", (b) => (b.metadata = { webhook: "http:hooks.test" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
+    ["metadata webhook on port 0", (b) => (b.metadata = { webhook: "http://127.0.0.1:0/hook" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     ["metadata webhook ftp:", (b) => (b.metadata = { webhook: "ftp://hooks.test/" }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     ["metadata webhook 2049", (b) => (b.metadata = { webhook: `https://hooks.test/${"w".repeat(2049 - 19)}` }), "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
     // U+0000, which Postgres cannot store, anywhere a string is kept
