@@ -340,6 +340,53 @@ it("asks again with the same Idempotency-Key after its retries ran out, so a pay
   await close();
 }, 40_000);
 
+it("keeps an attempt's Idempotency-Key across a reload while it was under way, so the payment it made is shown, not \"already used\"", async () => {
+  const link = await createLink({ description: "Order #2006" });
+  const { page, problems, close } = await newPage();
+  const keys: string[] = [];
+  let first: { route: Route; body: string } | undefined;
+  let arrived = () => {};
+  await page.route("**/pay", (route) => {
+    keys.push(route.request().headers()["idempotency-key"] ?? "");
+    if (first) return route.continue();
+    // Held, as a slow processor would: the customer reloads before it is answered.
+    first = { route, body: route.request().postData() ?? "" };
+    arrived();
+  });
+  const payByCard = async () => {
+    await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+    await page.getByLabel("Expiry date").fill(`12 / ${yy}`);
+    await page.getByLabel("Security code (CVC)").fill("123");
+    await page.getByRole("button", { name: "Pay $42.50" }).click();
+  };
+  await page.goto(link.url);
+  const held = new Promise<void>((resolve) => (arrived = resolve));
+  await payByCard();
+  await held;
+  await page.reload();
+  await first!.route.abort().catch(() => {}); // the reload cut it in the browser
+  // The tab keeps the attempt's key and what tells attempts apart, never the card's number or CVC.
+  const kept = await page.evaluate(() => JSON.stringify(Object.entries(sessionStorage)));
+  expect(kept).toContain(keys[0]);
+  expect(kept).not.toMatch(/4242 ?4242|"123"/);
+  // ...but it had reached the service, which paid the link after the page was gone.
+  const late = await fetch(`${stack.gatewayUrl}/link/${link.id}/pay`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "idempotency-key": keys[0]! },
+    body: first!.body,
+  });
+  expect(late.status).toBe(200);
+  // The reloaded page is still the form (it was rendered before the payment); the same card again:
+  await payByCard();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
+  expect(keys).toEqual([keys[0], keys[0]]);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  expect(await page.evaluate(() => sessionStorage.length)).toBe(0); // settled
+  expect(problems).toEqual([]);
+  await close();
+}, 40_000);
+
 it("words a proxy's own error page (HTML, no JSON) once: a 502 is asked again, then \"Please try again.\" once", async () => {
   const link = await createLink({ description: "Order #2004" });
   const { page, close } = await newPage();

@@ -22,11 +22,40 @@
   var busy = false;
   // The link can no longer be paid (404, 409, 410): Pay stays off for good.
   var retired = false;
-  // The attempt whose outcome is unknown (its answers lost, or 503s until the
-  // retries ran out): clicking Pay again with the same details asks again
-  // with its key, so a payment that went through is shown, not refused as
-  // "already used". Any definite answer ends it.
-  var unsettled = null;
+  // The attempt whose outcome is unknown (under way, its answers lost, or
+  // 503s until the retries ran out): clicking Pay again with the same details
+  // asks again with its key, so a payment that went through is shown, not
+  // refused as "already used". Any definite answer ends it. Kept in this
+  // tab's sessionStorage as well, because a reload while it was under way
+  // would otherwise make its retry a new attempt. It holds what the server
+  // tells requests apart by (the method, and the card's last four digits,
+  // length, expiry and name), never a card number or CVC.
+  var ATTEMPT_ITEM = "paylink attempt " + payUrl;
+  var unsettled = recallAttempt();
+
+  function recallAttempt() {
+    try {
+      var saved = JSON.parse(window.sessionStorage.getItem(ATTEMPT_ITEM) || "null");
+      return saved && typeof saved.shape === "string" && typeof saved.key === "string" ? saved : null;
+    } catch (e) {
+      return null; // storage off or unreadable: this page's memory only
+    }
+  }
+
+  function keepAttempt(attempt) {
+    unsettled = attempt;
+    try {
+      if (attempt) window.sessionStorage.setItem(ATTEMPT_ITEM, JSON.stringify(attempt));
+      else window.sessionStorage.removeItem(ATTEMPT_ITEM);
+    } catch (e) {
+      // Storage off (a private window's policy, say): the attempt lives in this page only, as it always did.
+    }
+  }
+
+  function shapeOf(body) {
+    var card = body.card;
+    return JSON.stringify([body.payment_method, card ? [card.number.slice(-4), card.number.length, card.exp_month, card.exp_year, card.name || ""] : null]);
+  }
 
   function method() {
     var input = form.elements.namedItem("payment_method");
@@ -210,9 +239,9 @@
     // One key per attempt; every retry of this attempt sends the same one,
     // so a payment whose answer was lost is answered, never charged twice
     // and never told the link is used (CONTRACT "Retrying a payment").
-    var json = JSON.stringify(body);
-    if (!unsettled || unsettled.json !== json) unsettled = { json: json, key: newKey() };
-    send(json, unsettled.key, 0);
+    var shape = shapeOf(body);
+    if (!unsettled || unsettled.shape !== shape) keepAttempt({ shape: shape, key: newKey() });
+    send(JSON.stringify(body), unsettled.key, 0);
   });
 
   // Waits before each retry of an attempt: about 8 s in all before giving up.
@@ -253,7 +282,7 @@
             ? "Too many attempts. Please wait " + (wait === 1 ? "a second" : wait < 90 ? wait + " seconds" : Math.ceil(wait / 60) + " minutes") + " and try again."
             : "Too many attempts. Please wait a moment and try again.");
         }
-        unsettled = null;
+        keepAttempt(null);
         if (res.ok) return succeed(data);
         if (res.status === 402) {
           // Marked at the field, as a refused number is, so its description
