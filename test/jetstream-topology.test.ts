@@ -12,8 +12,10 @@ import {
   ensureConsumer,
   ensureDeadLetterStream,
   ensureEventStream,
+  StreamConflictError,
   topologyFor,
 } from "../services/shared/jetstream.js";
+import { covers, overlaps } from "../services/shared/nats-subjects.js";
 import { type NatsServer, startNatsServer, uniqueTopology } from "./support/nats.js";
 
 let nats: NatsServer;
@@ -105,4 +107,46 @@ it("lifts the previous release's cap of 1,000 from a consumer it left", async ()
   });
   await ensureConsumer(jsm, t);
   expect((await jsm.consumers.info(t.eventStream, t.consumer)).config.max_ack_pending).toBe(-1);
+});
+
+it("compares subject patterns as JetStream does", () => {
+  expect(covers("p.events.>", "p.events.payment.completed")).toBe(true);
+  expect(covers("p.events.>", "p.events.*.*")).toBe(true);
+  expect(covers("p.>", "p.events.>")).toBe(true);
+  expect(covers("p.events.>", "p.events")).toBe(false);
+  expect(covers("p.events.*", "p.events.>")).toBe(false);
+  expect(covers("p.*.completed", "p.events.>")).toBe(false);
+  expect(overlaps("p.*.payment.completed", "p.events.>")).toBe(true);
+  expect(overlaps("p.events.*.*", "p.events.>")).toBe(true);
+  expect(overlaps("ops.audit", "p.events.>")).toBe(false);
+  expect(overlaps("p.events", "p.events.>")).toBe(false);
+  expect(overlaps("p.other.>", "p.events.>")).toBe(false);
+});
+
+it("adds our subject to a stream that holds its own: those ours covers give way, one that covers ours stays, others are kept", async () => {
+  const jsm = await nc.jetstreamManager();
+  const t = uniqueTopology();
+  const ours = `${t.eventSubjectPrefix}.>`;
+  // As an operator might have made it, naming each event (NATS refuses to add ours beside them as they are).
+  await jsm.streams.add({ name: t.eventStream, subjects: [`${t.eventSubjectPrefix}.payment.completed`, `${t.eventSubjectPrefix}.link.expired`, `ops_${t.consumer}.audit`] });
+  await ensureEventStream(jsm, t);
+  expect((await jsm.streams.info(t.eventStream)).config.subjects).toEqual([`ops_${t.consumer}.audit`, ours]);
+  await nc.jetstream().publish(`${t.eventSubjectPrefix}.payment.completed`, new Uint8Array([1]));
+  expect((await jsm.streams.info(t.eventStream)).state.messages).toBe(1);
+
+  const wide = uniqueTopology();
+  const namespace = wide.eventSubjectPrefix.split(".")[0]!;
+  await jsm.streams.add({ name: wide.eventStream, subjects: [`${namespace}.>`] });
+  await ensureEventStream(jsm, wide);
+  expect((await jsm.streams.info(wide.eventStream)).config.subjects).toEqual([`${namespace}.>`]);
+});
+
+it("refuses a stream whose own subject overlaps ours without covering it, naming both", async () => {
+  const jsm = await nc.jetstreamManager();
+  const t = uniqueTopology();
+  const clash = `${t.eventSubjectPrefix.split(".")[0]}.*.payment.completed`;
+  await jsm.streams.add({ name: t.eventStream, subjects: [clash] });
+  const err = await ensureEventStream(jsm, t).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(StreamConflictError);
+  expect(String(err)).toContain(`stream ${t.eventStream} holds subject ${clash}, which overlaps ${t.eventSubjectPrefix}.> without covering it`);
 });

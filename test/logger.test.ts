@@ -62,7 +62,7 @@ describe("a background loop's failed passes (passLog)", () => {
   it("logs the first failure of a streak, then once per interval while it lasts, with the count", async () => {
     const lines: { msg: string; failedPasses: number }[] = [];
     const logger = createLogger("test", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
-    const pass = passLog(logger, "test pass", 100);
+    const pass = passLog(logger, "test pass", { againEveryMs: 100 });
     for (let i = 0; i < 12; i++) {
       expect(await pass(Promise.reject(new Error("down")))).toBeUndefined();
       await new Promise((resolve) => setTimeout(resolve, 25));

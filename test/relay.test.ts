@@ -5,12 +5,13 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eq, inArray, isNull, notInArray } from "drizzle-orm";
-import { connect, DiscardPolicy, type JetStreamManager, type NatsConnection } from "nats";
+import { connect, DiscardPolicy, type JetStreamManager, type NatsConnection, StorageType } from "nats";
 import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
 import { createDb } from "../services/links/db.js";
 import { createRelay } from "../services/links/relay.js";
 import { outbox } from "../services/links/schema.js";
+import { createLogger } from "../services/shared/logger.js";
 import { type NatsServer, startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
 import { createTestDatabase, silent, startWebhookStack } from "./support/webhooks.js";
 
@@ -219,4 +220,25 @@ it("sets aside rows it cannot read, so a batch of them never holds back the even
     expect(row.publishedAt).not.toBeNull();
   }
   expect(await messages(topology.eventStream)).toBe(1);
+});
+
+it("waits on a stream it cannot use with one warning, not one a second, and goes on once it is mended", async () => {
+  const { webhooks, topology, db } = await stack(false);
+  // Memory storage, which JetStream cannot change in place: refused until an operator mends it.
+  await jsm.streams.add({ name: topology.eventStream, subjects: [`${topology.eventSubjectPrefix}.>`], storage: StorageType.Memory });
+  const lines: { level: number; msg: string; err?: { message: string } }[] = [];
+  const logger = createLogger("links", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+  const relay = createRelay({ db, natsUrl: nats.url, clock: webhooks.stack.clock, logger, topology, pollIntervalMs: 20 });
+  relay.start();
+  cleanups.push(relay.close);
+  await waitFor(async () => lines.length > 0, 2000);
+  await new Promise((resolve) => setTimeout(resolve, 600)); // some thirty polls
+  const failed = lines.filter((l) => l.msg === "ensuring the event stream (events wait in the outbox) failed");
+  expect(failed).toHaveLength(1);
+  expect(failed[0]).toMatchObject({ level: 40, err: { message: expect.stringContaining("exists with storage memory") } });
+  await jsm.streams.delete(topology.eventStream);
+  await relay.whenReady();
+  await webhooks.pay({});
+  await waitFor(async () => (await messages(topology.eventStream)) === 1, 2000);
+  expect(lines.at(-1)).toMatchObject({ msg: "ensuring the event stream (events wait in the outbox) works again" });
 });

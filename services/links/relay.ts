@@ -50,6 +50,8 @@ export function createRelay(opts: RelayOptions): Relay {
   const { db, clock, logger } = opts;
   const relayPass = passLog(logger, "outbox relay pass");
   const cleanupPass = passLog(logger, "outbox cleanup");
+  // Polled every second while it fails (a stream an operator must mend, a cluster without quorum): one line a minute.
+  const streamPass = passLog(logger, "ensuring the event stream (events wait in the outbox)", { level: "warn" });
   const pollIntervalMs = opts.pollIntervalMs ?? 1000;
   const retentionMs = opts.retentionMs ?? 86_400_000;
   const cleanupIntervalMs = opts.cleanupIntervalMs ?? 60_000;
@@ -79,15 +81,10 @@ export function createRelay(opts: RelayOptions): Relay {
   async function ensureStream(): Promise<boolean> {
     if (streamReady) return true;
     if (!nc || !connected) return false;
-    try {
-      await ensureEventStream(await nc.jetstreamManager(), topology);
-      streamReady = true;
-      markReady();
-      return true;
-    } catch (err) {
-      logger.warn({ err }, "cannot ensure the event stream yet; will retry");
-      return false;
-    }
+    if (!(await streamPass(nc.jetstreamManager().then((jsm) => ensureEventStream(jsm, topology)).then(() => true)))) return false;
+    streamReady = true;
+    markReady();
+    return true;
   }
 
   /** Publishes one claimed batch in one transaction; answers how many rows it claimed and how many NATS did not take. */

@@ -16,6 +16,7 @@ import {
 } from "nats";
 import { natsConnection, redactNatsUrl } from "./config.js";
 import type { Logger } from "./logger.js";
+import { covers, overlaps } from "./nats-subjects.js";
 
 export interface Topology {
   eventStream: string;
@@ -164,11 +165,38 @@ async function reconcileStream(jsm: JetStreamManager, existing: StreamConfig, wa
   const changes = (["num_replicas", "max_age", "duplicate_window"] as const).filter(
     (key) => wanted[key] !== undefined && existing[key] !== wanted[key],
   );
-  const subjects = [...new Set([...(existing.subjects ?? []), ...(wanted.subjects ?? [])])];
-  if (changes.length === 0 && subjects.length === (existing.subjects ?? []).length) return;
+  const held = existing.subjects ?? [];
+  const subjects = withOurSubjects(wanted.name, held, wanted.subjects ?? []);
+  if (changes.length === 0 && subjects.length === held.length && subjects.every((subject, i) => subject === held[i])) return;
   const update: Partial<StreamConfig> = { ...existing, subjects };
   for (const key of changes) (update as Record<string, unknown>)[key] = wanted[key];
   await jsm.streams.update(wanted.name, update);
+}
+
+/**
+ * The stream's subjects with ours among them. JetStream refuses a stream
+ * whose subjects overlap, so one of its own that ours covers (an operator's
+ * `paylink.events.payment.completed` beside our `paylink.events.>`) gives way
+ * to ours, and one that covers ours already (`paylink.>`) takes our events as
+ * it is. One that overlaps ours without either (`paylink.*.payment.completed`)
+ * is refused, naming both: the relay would otherwise retry an update NATS
+ * refuses for as long as it runs, with every event waiting in the outbox.
+ */
+function withOurSubjects(stream: string, held: string[], ours: string[]): string[] {
+  let subjects = held;
+  for (const subject of ours) {
+    if (subjects.some((other) => covers(other, subject))) continue;
+    subjects = subjects.filter((other) => !covers(subject, other));
+    const clash = subjects.find((other) => overlaps(other, subject));
+    if (clash !== undefined) {
+      throw new StreamConflictError(
+        `stream ${stream} holds subject ${clash}, which overlaps ${subject} without covering it; ` +
+          `JetStream refuses overlapping subjects: remove ${clash} from the stream, or let it cover ${subject}`,
+      );
+    }
+    subjects = [...subjects, subject];
+  }
+  return subjects;
 }
 
 /**

@@ -10,8 +10,10 @@ const AGAIN_EVERY_MS = 60_000;
 /**
  * Wraps each pass of the loop named `what` ("expiry sweep"): a pass that
  * fails resolves to undefined once logged as it should be, never rejects.
+ * `level` is warn for a wait that may end by itself (a stream NATS cannot
+ * make yet), error otherwise.
  */
-export function passLog(logger: Logger, what: string, againEveryMs = AGAIN_EVERY_MS) {
+export function passLog(logger: Logger, what: string, { againEveryMs = AGAIN_EVERY_MS, level = "error" }: { againEveryMs?: number; level?: "warn" | "error" } = {}) {
   let failedPasses = 0;
   let loggedAt = 0;
   return <T>(pass: Promise<T>): Promise<T | undefined> =>
@@ -27,7 +29,7 @@ export function passLog(logger: Logger, what: string, againEveryMs = AGAIN_EVERY
         const now = performance.now();
         if (failedPasses === 1 || now - loggedAt >= againEveryMs) {
           loggedAt = now;
-          logger.error({ err, failedPasses }, `${what} failed`);
+          logger[level]({ err, failedPasses }, `${what} failed`);
         }
         return undefined;
       },
