@@ -8,6 +8,7 @@ import type { ConsumerMessages, JsMsg, NatsConnection } from "nats";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
+import { passLog } from "../shared/pass-log.js";
 import { addressPolicy } from "./address-policy.js";
 import { createDeliverer } from "./deliver.js";
 import { createHandler } from "./handle.js";
@@ -222,15 +223,11 @@ export async function startNotifier(opts: NotifierOptions) {
     connected = true;
     metrics.natsConnected(true);
     void watch(conn);
-    for (;;) {
-      try {
-        await ensureTopology(conn);
-        break;
-      } catch (err) {
-        if (stopping) return;
-        logger.warn({ err }, "cannot ensure the JetStream topology yet; retrying");
-        await new Promise((resolve) => setTimeout(resolve, 1000));
-      }
+    // Retried every second while it fails (a stream an operator must mend, a cluster without quorum): one line a minute.
+    const topologyPass = passLog(logger, "ensuring the JetStream topology", { level: "warn" });
+    while (!(await topologyPass(ensureTopology(conn).then(() => true)))) {
+      if (stopping) return;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
     }
     if (!stopping) await consume(conn);
   }
