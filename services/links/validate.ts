@@ -222,7 +222,9 @@ function optionalText(path: string, value: string | undefined, max: number): voi
 function checkHttpUrl(path: string, value: string): void {
   noNul(path, value);
   // The contract's bound is on the URL as sent; its percent-encoded form may be longer.
-  if (!absoluteHttpUrl(value) || length(value) > 2048) {
+  // Port 0 names no port that anything listens on: Node would send a webhook for it to the scheme's default.
+  const url = absoluteHttpUrl(value);
+  if (!url || url.port === "0" || length(value) > 2048) {
     throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
   }
 }

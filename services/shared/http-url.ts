@@ -11,9 +11,7 @@ const ABSOLUTE_HTTP = /^https?:\/\/[^\s\\/?#%\x00-\x1f\x7f-\x9f]+(?:[/?#][^\s\\\
 export function absoluteHttpUrl(value: string): URL | undefined {
   if (!ABSOLUTE_HTTP.test(value)) return undefined;
   try {
-    const url = new URL(value);
-    // Port 0 names no port that anything listens on; Node would send a request for it to the scheme's default.
-    return url.port === "0" ? undefined : url;
+    return new URL(value);
   } catch {
     return undefined;
   }
