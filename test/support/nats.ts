@@ -2,24 +2,52 @@
 // port, same store) without disturbing other files, and streams it creates
 // vanish with its temporary store instead of piling up on the machine's NATS.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { randomUUID } from "node:crypto";
+import { anyAddress } from "../../services/shared/any-address.js";
 import type { Topology } from "../../services/shared/jetstream.js";
 
 const BINARY =
   process.env.NATS_SERVER_BIN ?? (existsSync("/usr/sbin/nats-server") ? "/usr/sbin/nats-server" : "nats-server");
 
+// Below the kernel's ephemeral range: a port picked by listen(0) comes from
+// that range, and in the moment between closing the probe and the service's
+// own bind, any outgoing connection (to PostgreSQL, to NATS) may take it as
+// its local port, and the service then fails with EADDRINUSE. Outgoing
+// connections never take a port below the range.
+const LOWEST = 10_000;
+const EPHEMERAL_LOW = ephemeralLow();
+
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > LOWEST + 1000 ? low : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** A port free on every address, IPv6's and IPv4's, as the services bind ("::"). */
 export async function freePort(): Promise<number> {
+  for (let attempt = 0; EPHEMERAL_LOW && attempt < 50; attempt++) {
+    const port = LOWEST + Math.floor(Math.random() * (EPHEMERAL_LOW - LOWEST));
+    if ((await bindable(port)) === port) return port;
+  }
+  return bindable(0) as Promise<number>;
+}
+
+async function bindable(port: number): Promise<number | undefined> {
+  const host = await anyAddress();
   return new Promise((resolve, reject) => {
     const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
+    server.once("error", (err: NodeJS.ErrnoException) => (port && err.code === "EADDRINUSE" ? resolve(undefined) : reject(err)));
+    server.listen(port, host, () => {
+      const { port: bound } = server.address() as net.AddressInfo;
+      server.close(() => resolve(bound));
     });
   });
 }
