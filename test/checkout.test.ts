@@ -84,6 +84,8 @@ describe("GET /link/{id}", () => {
     expect(html).toContain('<span class="avatar" aria-hidden="true">G</span>');
     const zeroWidth = await page(await createLink({ merchant_name: "\u200b\u0301acme" }));
     expect(zeroWidth.html).toContain('<span class="avatar" aria-hidden="true">A</span>');
+    const filler = await page(await createLink({ merchant_name: "\u3164\uffa0acme" }));
+    expect(filler.html).toContain('<span class="avatar" aria-hidden="true">A</span>');
   });
 
   it("shows a merchant's initial whole when it is an emoji", async () => {

@@ -146,10 +146,11 @@ const graphemes = new Intl.Segmenter("en", { granularity: "grapheme" });
 /**
  * The first character as people see it: a whole emoji (flags and ZWJ
  * sequences too), not half of a UTF-16 pair, and not one that shows nothing
- * (a bidi control, a zero-width space, a lone combining mark).
+ * (a bidi control, a zero-width space, a lone combining mark, or a Hangul
+ * filler, a "letter" that fonts draw as blank).
  */
 function initialOf(name: string): string {
   for (const { segment } of graphemes.segment(name)) if (VISIBLE.test(segment)) return segment.toUpperCase();
   return "";
 }
-const VISIBLE = /[\p{L}\p{N}\p{S}\p{P}]/u;
+const VISIBLE = /(?!\p{Default_Ignorable_Code_Point})[\p{L}\p{N}\p{S}\p{P}]/u;
