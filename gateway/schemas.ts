@@ -8,6 +8,7 @@
 // judges the same values, and may only be stricter. Answers are serialised
 // as they are (openapi.ts); the test suite checks each against its schema.
 import { type TSchema, Type } from "@sinclair/typebox";
+import { LINK_LIMITS as L } from "../services/shared/link-limits.js";
 import { LINK_STATUS_NAMES, PAYMENT_METHOD_NAMES } from "../services/shared/names.js";
 
 const Str = (description: string, extra: object = {}) => Type.String({ description, ...extra });
@@ -23,7 +24,7 @@ export const ErrorBody = Type.Object(
 
 const Amount = Type.Object(
   {
-    value: Type.Number({ exclusiveMinimum: 0, maximum: 1_000_000_000, description: "Major units (10.5 = ten and a half), no more decimals than the currency has" }),
+    value: Type.Number({ exclusiveMinimum: 0, maximum: L.amountMajor, description: "Major units (10.5 = ten and a half), no more decimals than the currency has" }),
     currency: Str("ISO 4217 code; any case in, uppercase out", { pattern: "^[A-Za-z]{3}$" }),
   },
   { additionalProperties: false },
@@ -31,10 +32,10 @@ const Amount = Type.Object(
 
 const Item = Type.Object(
   {
-    name: Str("", { minLength: 1, maxLength: 200 }),
-    description: Type.Optional(Str("", { maxLength: 1000 })),
-    quantity: Type.Integer({ minimum: 1, maximum: 10_000 }),
-    amount: Type.Number({ minimum: 0, maximum: 1_000_000_000, description: "The price of one unit, with the currency's decimal places" }),
+    name: Str("", { minLength: 1, maxLength: L.name }),
+    description: Type.Optional(Str("", { maxLength: L.description })),
+    quantity: Type.Integer({ minimum: 1, maximum: L.quantity }),
+    amount: Type.Number({ minimum: 0, maximum: L.amountMajor, description: "The price of one unit, with the currency's decimal places" }),
   },
   { additionalProperties: false },
 );
@@ -46,22 +47,22 @@ const LinkStatus = StringEnum(LINK_STATUS_NAMES);
 // place, for REST and gRPC alike, and words its 400 as the contract does.
 const HttpUrl = (description: string) =>
   Str(`${description}: an absolute http or https URL, starting http:// or https:// and a host, with no whitespace, control character or backslash`, {
-    maxLength: 2048,
+    maxLength: L.url,
   });
 
 const LinkData = Type.Object(
   {
     amount: Amount,
-    description: Type.Optional(Str("At least one of description and items", { minLength: 1, maxLength: 1000 })),
-    items: Type.Optional(Type.Array(Item, { minItems: 1, maxItems: 100 })),
-    merchant_id: Type.Optional(Str("", { maxLength: 200 })),
-    merchant_name: Type.Optional(Str("", { maxLength: 200 })),
+    description: Type.Optional(Str("At least one of description and items", { minLength: 1, maxLength: L.description })),
+    items: Type.Optional(Type.Array(Item, { minItems: 1, maxItems: L.items })),
+    merchant_id: Type.Optional(Str("", { maxLength: L.name })),
+    merchant_name: Type.Optional(Str("", { maxLength: L.name })),
     customer: Type.Optional(
       Type.Object(
         {
-          name: Type.Optional(Str("", { maxLength: 200 })),
-          email: Type.Optional(Str("local@domain", { maxLength: 254 })),
-          phone: Type.Optional(Str("Digits, spaces, + - ( )", { maxLength: 32 })),
+          name: Type.Optional(Str("", { maxLength: L.name })),
+          email: Type.Optional(Str("local@domain", { maxLength: L.email })),
+          phone: Type.Optional(Str("Digits, spaces, + - ( )", { maxLength: L.phone })),
         },
         { additionalProperties: false },
       ),
@@ -76,12 +77,12 @@ const LinkData = Type.Object(
 const Metadata = Type.Object(
   {
     webhook: Type.Optional(HttpUrl("Where payment.completed is POSTed")),
-    api_key: Type.Optional(Str("Printable ASCII; sent back in the webhook's Api-Key header", { maxLength: 500 })),
+    api_key: Type.Optional(Str("Printable ASCII; sent back in the webhook's Api-Key header", { maxLength: L.metadataValue })),
   },
   {
-    additionalProperties: Type.String({ maxLength: 500 }),
-    propertyNames: { minLength: 1, maxLength: 40 },
-    maxProperties: 50,
+    additionalProperties: Type.String({ maxLength: L.metadataValue }),
+    propertyNames: { minLength: 1, maxLength: L.metadataKey },
+    maxProperties: L.metadataKeys,
     description: "The merchant's string values",
   },
 );
@@ -105,7 +106,7 @@ export const Link = Type.Object(
 export const CreateLink = Type.Object(
   {
     type: Type.Literal("payment"),
-    expires_in: Type.Optional(Type.Integer({ minimum: 60, maximum: 86_400, default: 43_200, description: "Seconds" })),
+    expires_in: Type.Optional(Type.Integer({ minimum: L.expiresIn.min, maximum: L.expiresIn.max, default: L.expiresIn.default, description: "Seconds" })),
     data: LinkData,
     metadata: Type.Optional(Metadata),
   },
@@ -250,7 +251,7 @@ export const ROUTE_SCHEMAS = {
       summary: "Create a link",
       headers: Type.Object({
         ...clientIdHeader.properties,
-        "idempotency-key": Type.Optional(Str("1 to 255 characters; replays the first answer for 24 h", { minLength: 1, maxLength: 255 })),
+        "idempotency-key": Type.Optional(Str(`1 to ${L.idempotencyKey} characters; replays the first answer for 24 h`, { minLength: 1, maxLength: L.idempotencyKey })),
       }),
       body: CreateLink,
       response: {
@@ -270,7 +271,7 @@ export const ROUTE_SCHEMAS = {
       // Query values are text, and Ajv coerces nothing: a number is a string of digits.
       querystring: Type.Object(
         {
-          limit: Type.Optional(Str("How many links, an integer from 1 to 100; default 20", { pattern: "^[0-9]{1,9}$", examples: ["20"] })),
+          limit: Type.Optional(Str(`How many links, an integer from 1 to ${L.list.max}; default ${L.list.default}`, { pattern: "^[0-9]{1,9}$", examples: ["20"] })),
           starting_after: Type.Optional(Str("A link id: the page after it")),
           status: Type.Optional(StringEnum(LINK_STATUS_NAMES, "Only links in this status")),
         },
@@ -354,7 +355,7 @@ export const ROUTE_SCHEMAS = {
       ...open,
       params: idParams,
       // No length rule: the LinkService judges the key, after the method.
-      headers: Type.Object({ "idempotency-key": Type.Optional(Str("1 to 255 characters; a retry with it gets the first answer")) }),
+      headers: Type.Object({ "idempotency-key": Type.Optional(Str(`1 to ${L.idempotencyKey} characters; a retry with it gets the first answer`)) }),
       body: Pay,
       response: {
         200: { ...PayResult, description: "Paid", headers: REPLAYED },

@@ -14,6 +14,7 @@ import { absoluteHttpUrl } from "../shared/http-url.js";
 import { currencyDigits, isKnownCurrency } from "../shared/money.js";
 import { isLinkId } from "../shared/ids.js";
 import { methodName, type StatusName, statusName } from "../shared/names.js";
+import { LINK_LIMITS as L } from "../shared/link-limits.js";
 import { clientIdRequired, EXPIRES_IN_RANGE, invalid, ITEMS_COUNT, LIMIT_RANGE, STATUS_VALUES } from "../shared/rpc-errors.js";
 
 /**
@@ -21,9 +22,8 @@ import { clientIdRequired, EXPIRES_IN_RANGE, invalid, ITEMS_COUNT, LIMIT_RANGE, 
  * as Latin-1, so a client id sent as UTF-8 ("shop-€" is E2 82 AC) holds them.
  */
 const CONTROL = /[\x00-\x1f\x7f]/;
-export const DEFAULT_EXPIRES_IN = 43_200;
-const MAX_AMOUNT_MAJOR = 1_000_000_000n;
-const MAX_ITEMS = 100;
+export const DEFAULT_EXPIRES_IN = L.expiresIn.default;
+const MAX_AMOUNT_MAJOR = BigInt(L.amountMajor);
 /**
  * Every string of a link's data and metadata together, in UTF-8: what a REST
  * body of 64 KiB can hold at most (its JSON spells each string in at least
@@ -41,7 +41,7 @@ export interface NewLink {
 export function validateCreateLink(req: CreateLinkRequest): NewLink {
   if (req.type !== LinkType.PAYMENT) throw invalid("type must be payment");
   const expiresIn = req.expiresIn ?? DEFAULT_EXPIRES_IN;
-  if (!Number.isInteger(expiresIn) || expiresIn < 60 || expiresIn > 86_400) {
+  if (!Number.isInteger(expiresIn) || expiresIn < L.expiresIn.min || expiresIn > L.expiresIn.max) {
     throw invalid(EXPIRES_IN_RANGE);
   }
   if (!req.data) throw invalid("data is required");
@@ -75,36 +75,36 @@ function validateData(data: LinkData): LinkData {
   }
   const maxMinor = MAX_AMOUNT_MAJOR * 10n ** BigInt(currencyDigits(currency));
   if (data.amount.value <= 0n) throw invalid("data.amount.value must be greater than 0");
-  if (data.amount.value > maxMinor) throw invalid("data.amount.value must be at most 1000000000");
+  if (data.amount.value > maxMinor) throw invalid(`data.amount.value must be at most ${L.amountMajor}`);
 
-  if (data.description !== undefined) text("data.description", data.description, 1, 1000, true);
-  if (data.items.length > MAX_ITEMS) throw invalid(ITEMS_COUNT);
+  if (data.description !== undefined) text("data.description", data.description, 1, L.description, true);
+  if (data.items.length > L.items) throw invalid(ITEMS_COUNT);
   data.items.forEach((item, i) => {
     const at = `data.items[${i}]`;
-    text(`${at}.name`, item.name, 1, 200, true);
-    optionalText(`${at}.description`, item.description, 1000);
-    if (!Number.isInteger(item.quantity) || item.quantity < 1 || item.quantity > 10_000) {
-      throw invalid(`${at}.quantity must be an integer from 1 to 10000`);
+    text(`${at}.name`, item.name, 1, L.name, true);
+    optionalText(`${at}.description`, item.description, L.description);
+    if (!Number.isInteger(item.quantity) || item.quantity < 1 || item.quantity > L.quantity) {
+      throw invalid(`${at}.quantity must be an integer from 1 to ${L.quantity}`);
     }
     if (item.amount < 0n) throw invalid(`${at}.amount must be at least 0`);
-    if (item.amount > maxMinor) throw invalid(`${at}.amount must be at most 1000000000`);
+    if (item.amount > maxMinor) throw invalid(`${at}.amount must be at most ${L.amountMajor}`);
   });
   if (data.description === undefined && data.items.length === 0) {
     throw invalid("data.description or data.items is required");
   }
 
-  optionalText("data.merchant_id", data.merchantId, 200);
-  optionalText("data.merchant_name", data.merchantName, 200);
+  optionalText("data.merchant_id", data.merchantId, L.name);
+  optionalText("data.merchant_name", data.merchantName, L.name);
   if (data.customer) {
-    optionalText("data.customer.name", data.customer.name, 200);
+    optionalText("data.customer.name", data.customer.name, L.name);
     const { email, phone } = data.customer;
     if (email !== undefined) noNul("data.customer.email", email);
     if (phone !== undefined) noNul("data.customer.phone", phone);
-    if (email !== undefined && (length(email) > 254 || !/^[^\s@]+@[^\s@]+$/.test(email))) {
-      throw invalid("data.customer.email must be an email address (local@domain) of at most 254 characters");
+    if (email !== undefined && (length(email) > L.email || !/^[^\s@]+@[^\s@]+$/.test(email))) {
+      throw invalid(`data.customer.email must be an email address (local@domain) of at most ${L.email} characters`);
     }
-    if (phone !== undefined && !/^[0-9 +\-()]{0,32}$/.test(phone)) {
-      throw invalid("data.customer.phone must be at most 32 characters of digits, spaces, +, - and parentheses");
+    if (phone !== undefined && (phone.length > L.phone || !/^[0-9 +\-()]*$/.test(phone))) {
+      throw invalid(`data.customer.phone must be at most ${L.phone} characters of digits, spaces, +, - and parentheses`);
     }
   }
 
@@ -126,17 +126,17 @@ function validateData(data: LinkData): LinkData {
 
 function validateMetadata(metadata: Record<string, string>): Record<string, string> {
   const keys = Object.keys(metadata);
-  if (keys.length > 50) throw invalid("metadata must have at most 50 keys");
+  if (keys.length > L.metadataKeys) throw invalid(`metadata must have at most ${L.metadataKeys} keys`);
   for (const key of keys) {
     // protobuf-es decodes a "__proto__" map key as an own key (REST refuses it as JSON).
     if (key === "__proto__") throw invalid('metadata key "__proto__" is not allowed');
     const name = `metadata key ${JSON.stringify(key.slice(0, 60))}`;
-    if (length(key) < 1 || length(key) > 40) throw invalid(`${name} must be 1 to 40 characters`);
+    if (length(key) < 1 || length(key) > L.metadataKey) throw invalid(`${name} must be 1 to ${L.metadataKey} characters`);
     noNul(name, key);
     const value = metadata[key]!;
     noNul(`metadata.${key}`, value);
     if (key === "webhook") checkHttpUrl("metadata.webhook", value);
-    else if (length(value) > 500) throw invalid(`metadata.${key} must be at most 500 characters`);
+    else if (length(value) > L.metadataValue) throw invalid(`metadata.${key} must be at most ${L.metadataValue} characters`);
     // It travels back in the webhook's Api-Key header, where only ASCII is safe.
     if (key === "api_key" && !/^[\x20-\x7e]*$/.test(value)) {
       throw invalid("metadata.api_key must be printable ASCII characters");
@@ -161,7 +161,7 @@ export function validateClientId(header: string | null): string {
 }
 
 export function validateIdempotencyKey(key: string): void {
-  if (key === "" || length(key) > 255) throw invalid("Idempotency-Key must be 1 to 255 characters");
+  if (key === "" || length(key) > L.idempotencyKey) throw invalid(`Idempotency-Key must be 1 to ${L.idempotencyKey} characters`);
   if (CONTROL.test(key)) throw invalid("Idempotency-Key must not contain control characters");
   noNul("Idempotency-Key", key);
 }
@@ -173,8 +173,8 @@ export interface ListQuery {
 }
 
 export function validateListLinks(req: ListLinksRequest): ListQuery {
-  const limit = req.limit ?? 20;
-  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalid(LIMIT_RANGE);
+  const limit = req.limit ?? L.list.default;
+  if (!Number.isInteger(limit) || limit < 1 || limit > L.list.max) throw invalid(LIMIT_RANGE);
   if (req.startingAfter !== undefined && !isLinkId(req.startingAfter)) {
     throw invalid("starting_after must be a link id");
   }
@@ -224,7 +224,7 @@ function checkHttpUrl(path: string, value: string): void {
   // The contract's bound is on the URL as sent; its percent-encoded form may be longer.
   // Port 0 names no port that anything listens on: Node would send a webhook for it to the scheme's default.
   const url = absoluteHttpUrl(value);
-  if (!url || url.port === "0" || length(value) > 2048) {
-    throw invalid(`${path} must be an absolute http or https URL of at most 2048 characters`);
+  if (!url || url.port === "0" || length(value) > L.url) {
+    throw invalid(`${path} must be an absolute http or https URL of at most ${L.url} characters`);
   }
 }

@@ -4,6 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
 import type { StatusName } from "./names.js";
+import { LINK_LIMITS as L } from "./link-limits.js";
 
 // ErrorInfo reasons (AIP-193, UPPER_SNAKE_CASE) under this domain are part
 // of the API: the gateway maps them to HTTP statuses.
@@ -38,9 +39,9 @@ export const clientIdRepeated = () => invalid("Client ID header must be given on
 
 // Rules both sides word alike: the LinkService for every caller, and the
 // gateway where a REST body or query fails its schema on the same rule.
-export const EXPIRES_IN_RANGE = "expires_in must be an integer from 60 to 86400";
-export const ITEMS_COUNT = "data.items must contain 1 to 100 items";
-export const LIMIT_RANGE = "limit must be an integer from 1 to 100";
+export const EXPIRES_IN_RANGE = `expires_in must be an integer from ${L.expiresIn.min} to ${L.expiresIn.max}`;
+export const ITEMS_COUNT = `data.items must contain 1 to ${L.items} items`;
+export const LIMIT_RANGE = `limit must be an integer from 1 to ${L.list.max}`;
 export const STATUS_VALUES = "status must be one of created, used, expired";
 export const linkNotFound = () => new ConnectError("Link not found", Code.NotFound);
 export const unauthorized = () => new ConnectError("Unauthorized access", Code.PermissionDenied);
