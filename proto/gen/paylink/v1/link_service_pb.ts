@@ -48,15 +48,23 @@ export const AmountSchema: GenMessage<Amount> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 0);
 
 /**
+ * Lengths here and below count Unicode code points; no text may hold U+0000
+ * or start with U+FEFF. A link's text (data and metadata, keys and values)
+ * is at most 65,536 bytes in UTF-8 in all.
+ *
  * @generated from message paylink.v1.Item
  */
 export type Item = Message<"paylink.v1.Item"> & {
   /**
+   * 1 to 200 characters, not blank.
+   *
    * @generated from field: string name = 1;
    */
   name: string;
 
   /**
+   * At most 1000 characters.
+   *
    * @generated from field: optional string description = 2;
    */
   description?: string | undefined;
@@ -69,8 +77,8 @@ export type Item = Message<"paylink.v1.Item"> & {
   quantity: number;
 
   /**
-   * Price of ONE unit in minor units of the link's currency; the line total
-   * is quantity * amount.
+   * Price of ONE unit in minor units of the link's currency, 0 up to the
+   * bound of Amount.value; the line total is quantity * amount.
    *
    * @generated from field: int64 amount = 4;
    */
@@ -89,16 +97,22 @@ export const ItemSchema: GenMessage<Item> = /*@__PURE__*/
  */
 export type Customer = Message<"paylink.v1.Customer"> & {
   /**
+   * At most 200 characters.
+   *
    * @generated from field: optional string name = 1;
    */
   name?: string | undefined;
 
   /**
+   * local@domain, at most 254 characters.
+   *
    * @generated from field: optional string email = 2;
    */
   email?: string | undefined;
 
   /**
+   * At most 32 of the characters 0-9, space, +, -, ( and ).
+   *
    * @generated from field: optional string phone = 3;
    */
   phone?: string | undefined;
@@ -121,18 +135,23 @@ export type LinkData = Message<"paylink.v1.LinkData"> & {
   amount?: Amount | undefined;
 
   /**
-   * At least one of description and items is required.
+   * At least one of description and items is required. 1 to 1000
+   * characters, not blank.
    *
    * @generated from field: optional string description = 2;
    */
   description?: string | undefined;
 
   /**
+   * At most 100.
+   *
    * @generated from field: repeated paylink.v1.Item items = 3;
    */
   items: Item[];
 
   /**
+   * At most 200 characters each.
+   *
    * @generated from field: optional string merchant_id = 4;
    */
   merchantId?: string | undefined;
@@ -148,13 +167,15 @@ export type LinkData = Message<"paylink.v1.LinkData"> & {
   customer?: Customer | undefined;
 
   /**
-   * Empty means every method.
+   * Empty means every method; a method may not repeat.
    *
    * @generated from field: repeated paylink.v1.PaymentMethod allowed_payment_methods = 7;
    */
   allowedPaymentMethods: PaymentMethod[];
 
   /**
+   * Absolute http or https URLs of at most 2048 characters, kept as sent.
+   *
    * @generated from field: optional string redirect_url = 8;
    */
   redirectUrl?: string | undefined;
@@ -262,13 +283,20 @@ export type CreateLinkRequest = Message<"paylink.v1.CreateLinkRequest"> & {
   data?: LinkData | undefined;
 
   /**
+   * At most 50 keys of 1 to 40 characters, values of at most 500. Two keys
+   * mean something: "webhook", an absolute http or https URL of at most 2048
+   * characters where payment.completed is POSTed, and "api_key", printable
+   * ASCII without leading or trailing spaces, sent back in the webhook's
+   * Api-Key header.
+   *
    * @generated from field: map<string, string> metadata = 4;
    */
   metadata: { [key: string]: string };
 
   /**
    * As REST's Idempotency-Key header: a retry with the same key and the same
-   * request gets the first answer back, with replayed set.
+   * request gets the first answer back, with replayed set. 1 to 255
+   * characters, no control characters.
    *
    * @generated from field: optional string idempotency_key = 5;
    */
