@@ -1,4 +1,4 @@
-// The contract's bounds on a link's input, in one table: the REST schema
+// The contract's bounds on a link's input (and a list page's size), in one table: the REST schema
 // (gateway/schemas.ts) and the LinkService's rules (links/validate.ts) read
 // the same numbers, so neither refuses what the other takes. Lengths count
 // characters as a person does (code points).
