@@ -27,7 +27,10 @@ export function createDb(url: string, options: { max?: number } = {}) {
     // 20 s), and the server cuts any statement running past 10 s.
     connect_timeout: 2,
     backoff: (retries: number) => Math.min(0.05 * retries, 0.5),
-    connection: { statement_timeout: STATEMENT_TIMEOUT_MS },
+    // DateStyle pinned: drizzle reads timestamptz as PostgreSQL spells it, and
+    // a database or role set to SQL, German or Postgres style spells dates
+    // that Date cannot parse (every read a 500, the sweeper failing each pass).
+    connection: { statement_timeout: STATEMENT_TIMEOUT_MS, DateStyle: "ISO, MDY" },
   });
   const db = drizzle(client, { schema });
   const probe = createDbProbe(url);

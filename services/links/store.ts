@@ -3,7 +3,7 @@
 // decide what runs atomically; the two hot queries alone are bound to the
 // database once (prepareHotQueries), as drizzle prepares a statement on one
 // executor, and each runs as a transaction of its own.
-import { and, asc, desc, eq, gt, inArray, isNotNull, isNull, lt, lte, or, sql } from "drizzle-orm";
+import { and, asc, eq, gt, inArray, isNotNull, isNull, lt, lte, or, sql } from "drizzle-orm";
 import { isLinkId } from "../shared/ids.js";
 import { isoFromMs } from "../shared/iso-time.js";
 import type { Db, Executor } from "./db.js";
@@ -76,10 +76,14 @@ export async function findLink(db: Executor, id: string): Promise<LinkRow | unde
  * Newest first, one more than asked so the caller can tell has_more. The
  * status filter is "as of now", like every read.
  */
-export async function listLinks(
-  db: Executor,
-  q: { clientId: string; limit: number; startingAfter?: string; status?: LinkStatusValue; now: Date },
-): Promise<LinkRow[]> {
+export async function listLinks(db: Executor, q: ListQuery): Promise<LinkRow[]> {
+  return listLinksQuery(db, q);
+}
+
+type ListQuery = { clientId: string; limit: number; startingAfter?: string; status?: LinkStatusValue; now: Date };
+
+/** The list's query unrun, for a test to ask PostgreSQL how it plans it. */
+export function listLinksQuery(db: Executor, q: ListQuery) {
   const live = and(eq(links.status, "created"), gt(links.expiresAt, q.now));
   const byStatus = {
     created: live,
@@ -96,7 +100,11 @@ export async function listLinks(
         q.status ? byStatus[q.status] : undefined,
       ),
     )
-    .orderBy(desc(links.id))
+    // NULLS LAST, as links_client_id_id_idx was built ("id" DESC NULLS LAST):
+    // plain DESC means NULLS FIRST, and PostgreSQL then cannot read the order
+    // from that index (though id is never null) and walks the primary key or
+    // sorts instead, over every merchant's links (1.2 s at 2 million rows).
+    .orderBy(sql`${links.id} DESC NULLS LAST`)
     .limit(q.limit + 1);
 }
 
