@@ -16,7 +16,7 @@ import {
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
-import { dropKey, listLinksQuery } from "../services/links/store.js";
+import { dropKey, listLinks } from "../services/links/store.js";
 import { newLinkId } from "../services/shared/ids.js";
 import { createSweeper, type SweeperOptions } from "../services/links/sweeper.js";
 import { createDatabase } from "./support/database.js";
@@ -120,7 +120,7 @@ describe("GET /v1/links", () => {
     // against its DESC NULLS LAST) walks the primary key with a filter or
     // sorts, and each is slow in proportion to the whole table.
     for (const startingAfter of [undefined, newLinkId()]) {
-      const query = listLinksQuery(stack.db, { clientId: "x", limit: 20, startingAfter, now: new Date() });
+      const query = listLinks(stack.db, { clientId: "x", limit: 20, startingAfter, now: new Date() });
       const plan = await stack.db.transaction(async (tx) => {
         await tx.execute(sql`SET LOCAL enable_seqscan = off`);
         await tx.execute(sql`SET LOCAL enable_bitmapscan = off`);

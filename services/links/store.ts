@@ -76,14 +76,11 @@ export async function findLink(db: Executor, id: string): Promise<LinkRow | unde
  * Newest first, one more than asked so the caller can tell has_more. The
  * status filter is "as of now", like every read.
  */
-export async function listLinks(db: Executor, q: ListQuery): Promise<LinkRow[]> {
-  return listLinksQuery(db, q);
-}
-
-type ListQuery = { clientId: string; limit: number; startingAfter?: string; status?: LinkStatusValue; now: Date };
-
-/** The list's query unrun, for a test to ask PostgreSQL how it plans it. */
-export function listLinksQuery(db: Executor, q: ListQuery) {
+export function listLinks(
+  db: Executor,
+  q: { clientId: string; limit: number; startingAfter?: string; status?: LinkStatusValue; now: Date },
+) {
+  // Unrun until awaited, so a test can also ask PostgreSQL how it plans it.
   const live = and(eq(links.status, "created"), gt(links.expiresAt, q.now));
   const byStatus = {
     created: live,
