@@ -1,14 +1,14 @@
 // The test processes' ports: a port the kernel could hand an outgoing
 // connection in the moment before a service binds it made a fault-suite run
 // fail with EADDRINUSE (CI, stop 41).
-import { readFileSync } from "node:fs";
 import net from "node:net";
 import { expect, it } from "vitest";
 import { anyAddress } from "../services/shared/any-address.js";
-import { freePort } from "./support/nats.js";
+import { ephemeralLow, freePort } from "./support/nats.js";
 
 it("freePort picks ports below the ephemeral range that a service can bind on every address", async () => {
-  const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+  const low = ephemeralLow();
+  expect(low).toBeGreaterThan(0);
   const ports = await Promise.all(Array.from({ length: 20 }, () => freePort()));
   const host = await anyAddress();
   for (const port of ports) {

@@ -22,7 +22,8 @@ const BINARY =
 const LOWEST = 10_000;
 const EPHEMERAL_LOW = ephemeralLow();
 
-function ephemeralLow(): number {
+/** Where the kernel's ephemeral ports start (0 when it does not say). */
+export function ephemeralLow(): number {
   try {
     const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
     return Number.isInteger(low) && low > LOWEST + 1000 ? low : 0;
