@@ -260,6 +260,33 @@ describe("health", () => {
     expect(metrics).toContain('paylink_notifier_webhook_events_total{outcome="delivered"} 0');
   });
 
+  it("stays ready while every slot waits on a receiver that never answers, and after the slots free", async () => {
+    const { webhooks, notifier: startOne } = await startDeliveryStack(env, cleanups, { retrySchedule: SCHEDULE });
+    let open = 0;
+    const hanging = http.createServer((req) => {
+      open++;
+      req.resume();
+      req.socket.once("close", () => open--);
+    });
+    await new Promise<void>((r) => hanging.listen(0, "127.0.0.1", r));
+    cleanups.push(() => new Promise<void>((r) => { hanging.closeAllConnections(); hanging.close(() => r()); }));
+    const hangingUrl = `http://127.0.0.1:${(hanging.address() as AddressInfo).port}/hook`;
+    // The shortest pulls NATS takes make the stall window 4 s; each attempt hangs for 6 s, longer than it.
+    const own = await startOne({ concurrency: 2, perHostConcurrency: 2, deliveryTimeoutMs: 6_000, pullExpiresMs: 1_000 });
+    for (let i = 0; i < 4; i++) await webhooks.pay({ webhook: hangingUrl });
+    await waitFor(() => open === 2);
+    const base = `http://127.0.0.1:${own.port}`;
+    const answers: number[] = [];
+    // Through the first attempts' whole timeout, the slots' freeing and the next pulls.
+    const until = Date.now() + 8_000;
+    while (Date.now() < until) {
+      answers.push((await fetch(`${base}/readyz`)).status);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(own.metrics.counts.failed_attempt).toBeGreaterThanOrEqual(2);
+    expect(answers.filter((status) => status !== 200)).toEqual([]);
+  }, 30_000);
+
   it("is not ready while NATS is unreachable, and is alive all the same", async () => {
     const notifier = await startNotifier({
       natsUrl: "nats://127.0.0.1:1",

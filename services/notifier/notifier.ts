@@ -98,9 +98,13 @@ export async function startNotifier(opts: NotifierOptions) {
   const ready = new Promise<void>((resolve) => (markReady = resolve));
 
   const pullExpiresMs = opts.pullExpiresMs ?? PULL_EXPIRES_MS;
-  // When a pull last came back: a consumer that stopped pulling is not healthy.
+  // When the pull loop last moved (a pull came back, or a busy slot freed):
+  // a loop that stopped moving is not healthy. With every slot busy it waits
+  // on the attempts, not on NATS, and an attempt may rightly last the whole
+  // delivery timeout, longer than this window: that is busy, not stalled.
   let lastPullAt = 0;
-  const consumerHealthy = () => Date.now() - lastPullAt < pullExpiresMs * 2 + 2_000;
+  const consumerHealthy = () =>
+    inflight.size >= concurrency || Date.now() - lastPullAt < pullExpiresMs * 2 + 2_000;
   const health = await serveHealth({
     port: opts.port,
     host: opts.host,
@@ -165,6 +169,7 @@ export async function startNotifier(opts: NotifierOptions) {
       const free = concurrency - inflight.size;
       if (free <= 0) {
         await Promise.race(inflight);
+        lastPullAt = Date.now();
         continue;
       }
       const batch = await consumer.fetch({ max_messages: free, expires: pullExpiresMs });
