@@ -41,8 +41,8 @@ afterAll(async () => {
   collector?.close();
 });
 
-it("runs nothing without OTEL_EXPORTER_OTLP_ENDPOINT", async () => {
-  expect(await startTelemetry("off", {})).toBeUndefined();
+it.each([["unset", {}], ["blank", { OTEL_EXPORTER_OTLP_ENDPOINT: "" }], ["only spaces", { OTEL_EXPORTER_OTLP_ENDPOINT: "  " }]])("runs nothing with OTEL_EXPORTER_OTLP_ENDPOINT %s", async (_, env) => {
+  expect(await startTelemetry("off", env)).toBeUndefined();
   expect(telemetryOn()).toBe(false);
   expect(startSpan("nothing", traceFrom(undefined, undefined))).toBeUndefined();
 });

@@ -92,7 +92,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   };
 }
 
-function optional(env: NodeJS.ProcessEnv, name: string): string | undefined {
+/** The variable's value trimmed, or undefined when it is unset or blank. */
+export function optional(env: NodeJS.ProcessEnv, name: string): string | undefined {
   const value = env[name]?.trim();
   return value ? value : undefined;
 }

@@ -32,7 +32,7 @@ export async function runMain(
   try {
     // OTEL_EXPORTER_OTLP_ENDPOINT turns span export on; without it nothing is loaded.
     const telemetry = await startTelemetry(name);
-    if (telemetry) logger.info({ endpoint: withoutCredentials(process.env.OTEL_EXPORTER_OTLP_ENDPOINT!) }, "exporting spans (OpenTelemetry)");
+    if (telemetry) logger.info({ endpoint: withoutCredentials(telemetry.endpoint) }, "exporting spans (OpenTelemetry)");
     const started = await start(config, logger);
     running = {
       async close() {

@@ -6,7 +6,7 @@
 // LinkService call, a notifier attempt; and the ids it sends on name that
 // span as their parent, so a collector sees one trace across the processes.
 import type { Span, Tracer } from "@opentelemetry/api";
-import { ConfigError } from "./config.js";
+import { ConfigError, optional } from "./config.js";
 import type { TraceContext } from "./trace-context.js";
 
 let tracer: Tracer | undefined;
@@ -14,9 +14,11 @@ let api: typeof import("@opentelemetry/api") | undefined;
 
 /** Starts the SDK when OTEL_EXPORTER_OTLP_ENDPOINT is set; answers how to flush and stop it. */
 export async function startTelemetry(serviceName: string, env: NodeJS.ProcessEnv = process.env) {
-  if (!env.OTEL_EXPORTER_OTLP_ENDPOINT) return undefined;
+  // Blank is unset, as for every other variable (and for the SDK itself).
+  const endpoint = optional(env, "OTEL_EXPORTER_OTLP_ENDPOINT");
+  if (!endpoint) return undefined;
   // The SDK would take anything, and drop every span without a word.
-  if (!/^https?:$/.test(URL.parse(env.OTEL_EXPORTER_OTLP_ENDPOINT)?.protocol ?? "")) {
+  if (!/^https?:$/.test(URL.parse(endpoint)?.protocol ?? "")) {
     throw new ConfigError("OTEL_EXPORTER_OTLP_ENDPOINT must be an http or https URL, such as http://collector:4318");
   }
   const { NodeSDK } = await import("@opentelemetry/sdk-node");
@@ -25,6 +27,7 @@ export async function startTelemetry(serviceName: string, env: NodeJS.ProcessEnv
   sdk.start();
   tracer = api.trace.getTracer("paylink");
   return {
+    endpoint,
     async shutdown() {
       tracer = undefined;
       await sdk.shutdown();
