@@ -8,7 +8,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import { sendPage } from "./checkout/layout.js";
 import { checkout } from "./checkout/routes.js";
 import { statusPage } from "./checkout/status-page.js";
-import { badRequest, httpErrorOf, INTERNAL, INVALID_JSON } from "./errors.js";
+import { answerFor, badRequest, INVALID_JSON } from "./errors.js";
 import { authenticationFirst } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { drainGently } from "./drain.js";
@@ -185,13 +185,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
 
   app.setErrorHandler(async (thrown: unknown, req, reply) => {
     const err = await authenticationFirst(req, deps.clients, deps.auth, thrown);
-    const known = httpErrorOf(err);
-    if (known) {
-      if (known.status >= 500) req.log.warn({ err }, "request failed");
-      return sendError(reply, known);
-    }
-    req.log.error({ err }, "unexpected error");
-    return sendError(reply, INTERNAL);
+    return sendError(reply, answerFor(err, req.log, "request failed"));
   });
   // What the onRequest hook above has not answered already.
   app.setNotFoundHandler(notFound);

@@ -3,6 +3,7 @@
 // a header of its own, aside). Messages of client errors come from the
 // LinkService, which owns them; anything unexpected is a bare 500.
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { FastifyBaseLogger } from "fastify";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
 import { ERROR_DOMAIN, type Reason } from "../services/shared/rpc-errors.js";
 
@@ -65,6 +66,21 @@ export function httpErrorOf(err: unknown): HttpError | undefined {
     return { status, message: (err as Error).message };
   }
   return undefined;
+}
+
+/**
+ * The HTTP answer for any error a request met, logged by the one rule: a
+ * known 5xx (a dependency away: worth a retry, not a bug) is a warning;
+ * anything unexpected is an error, answered with a bare 500.
+ */
+export function answerFor(err: unknown, log: Pick<FastifyBaseLogger, "warn" | "error">, failed: string): HttpError {
+  const known = httpErrorOf(err);
+  if (!known) {
+    log.error({ err }, "unexpected error");
+    return INTERNAL;
+  }
+  if (known.status >= 500) log.warn({ err }, failed);
+  return known;
 }
 
 /** The HTTP answer for an RPC error, or undefined when it is a server fault to log. */

@@ -13,6 +13,7 @@ import { createDbProbe } from "../services/links/db-probe.js";
 import { createDbGate } from "../services/links/db-gate.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { pino } from "pino";
+import { createLogger } from "../services/shared/logger.js";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
 import { freePort, startNatsServer } from "./support/nats.js";
@@ -25,9 +26,13 @@ let stack: Stack;
 let keyed: Stack;
 const paidLater: string[] = [];
 
+/** The stack's log lines: a dependency away is a warning, not an error. */
+const lines: { level: number; msg: string }[] = [];
+const logger = createLogger("fail-fast-test", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+
 beforeAll(async () => {
   pg = await startPrivatePostgres();
-  stack = await startStack({ databaseUrl: pg.url });
+  stack = await startStack({ databaseUrl: pg.url, logger });
   keyed = await startStack({ databaseUrl: pg.url, auth: "api-key" });
 });
 
@@ -78,10 +83,15 @@ async function everyRequestFailsFast(existing: string) {
   }
   // The checkout page: an HTML 503, as fast.
   const started = performance.now();
+  const logged = lines.length;
   const page = await fetch(`${stack.gatewayUrl}/link/${existing}`);
   expect(page.status).toBe(503);
   expect(page.headers.get("retry-after")).toBe("1");
   expect(performance.now() - started).toBeLessThan(BOUND_MS);
+  // Logged as the API's 503s are: a warning, for the operator's error alerts are for bugs.
+  expect(lines.slice(logged).filter((l) => l.msg === "checkout page failed").map((l) => l.level)).toEqual([40]);
+  expect(lines.filter((l) => l.msg === "request failed").map((l) => l.level)).toContain(40);
+  expect(lines.filter((l) => l.level >= 50 && /failed|unexpected/.test(l.msg))).toEqual([]);
 }
 
 /**

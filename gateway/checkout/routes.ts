@@ -7,7 +7,7 @@ import type { GatewayDeps } from "../deps.js";
 import { route } from "../routing.js";
 import { type Pay, ROUTE_SCHEMAS } from "../schemas.js";
 import { forwardTrace } from "../trace.js";
-import { httpErrorOf } from "../errors.js";
+import { answerFor, httpErrorOf } from "../errors.js";
 import { limitFor } from "../rate-limits.js";
 import { statusName } from "../../services/shared/names.js";
 import { linkStateError } from "../../services/shared/rpc-errors.js";
@@ -30,8 +30,7 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, deps) => {
         checkout = (await links.getCheckout({ linkId: idOf(req) })).checkout!;
       } catch (err) {
         // A customer gets a page, never a JSON error body.
-        const status = httpErrorOf(err)?.status ?? 500;
-        if (status >= 500) req.log.error({ err }, "checkout page failed");
+        const { status } = answerFor(err, req.log, "checkout page failed");
         return sendPage(reply, status, statusPage(status, { testMode }));
       }
       // The same refusal, and so the same status, as the API's for this link.
