@@ -16,7 +16,7 @@ import { NODE_FLAGS } from "../services/dev/node-flags.js";
 import { anyAddress } from "../services/shared/any-address.js";
 import { createDatabase } from "./support/database.js";
 import { canConnect, freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
-import { ENTRIES, type Proc, type Role, ROOT, spawnRole, startServices, waitReady } from "./support/processes.js";
+import { ENTRIES, type Proc, type Role, ROOT, spawnRole, startServices, waitListening, waitReady } from "./support/processes.js";
 
 const read = (file: string) => readFileSync(path.join(ROOT, file), "utf8");
 
@@ -35,7 +35,8 @@ function commandsOf(role: Role): Record<string, string[]> {
   // The image runs its ENTRYPOINT (node and the V8 flags) with compose's command or its own CMD.
   const dockerfile = read("Dockerfile");
   const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)![1]!) as string[];
-  const commands: Record<string, string[]> = { [`npm run start:${role}`]: scripts[`start:${role}`]!.split(" ") };
+  // `exec`: the shell npm runs the script in becomes node, so npm's SIGTERM reaches it (below).
+  const commands: Record<string, string[]> = { [`npm run start:${role}`]: scripts[`start:${role}`]!.replace(/^exec /, "").split(" ") };
   // Every profile's copies: the single profile's one and the cluster profile's two.
   for (const [name, service] of Object.entries(composeServices())) {
     if (roleOf(name) === role) commands[`compose ${name}`] = [...entrypoint, ...(service.command ?? [])];
@@ -274,6 +275,40 @@ describe("SIGTERM under load", () => {
     expect(code, output).toBe(0);
     expect(lines.filter((line) => line.msg === "draining")).toHaveLength(1);
     expect(lines.some((line) => line.msg === "drained")).toBe(true);
+  });
+
+  // Debian's sh (dash) runs a script's last command as its child: npm's
+  // SIGTERM killed the shell and left node running, holding its port.
+  it("`npm run start:<role>` given SIGTERM drains its node and exits 0, leaving nothing running", async () => {
+    const [linksPort, gatewayPort, notifierPort] = [await freePort(), await freePort(), await freePort()];
+    const env = {
+      DATABASE_URL: database.url, NATS_URL: nats.url, LINKS_URL: `http://127.0.0.1:${linksPort}`, LOG_LEVEL: "info",
+      LINKS_PORT: String(linksPort), GATEWAY_PORT: String(gatewayPort), NOTIFIER_PORT: String(notifierPort),
+    };
+    const ports = { links: linksPort, gateway: gatewayPort, notifier: notifierPort };
+    const started: Proc[] = [];
+    try {
+      for (const role of ["links", "gateway", "notifier"] as Role[]) {
+        const proc = spawnRole(role, env, ["npm", "run", `start:${role}`]);
+        started.push(proc);
+        await waitListening(proc, ports[role]);
+      }
+      await waitReady(`http://127.0.0.1:${gatewayPort}/readyz`, 30_000, ...started);
+      for (const proc of [...started].reverse()) {
+        proc.signal("SIGTERM");
+        expect({ role: proc.role, code: await proc.exited }).toEqual({ role: proc.role, code: 0 });
+        expect({ role: proc.role, listening: await canConnect(ports[proc.role]) }).toEqual({ role: proc.role, listening: false });
+        expect(proc.output(), proc.role).toContain('"msg":"drained"');
+      }
+    } finally {
+      // An orphaned node, found by the pid on its log lines.
+      for (const proc of started) {
+        proc.signal("SIGKILL");
+        for (const [, pid] of proc.output().matchAll(/"pid":(\d+)/g)) {
+          try { process.kill(Number(pid), "SIGKILL"); } catch { /* gone, as it should be */ }
+        }
+      }
+    }
   });
 
   it("the LinkService finishes its calls, then the gateway answers 503 with the contract's body; it exits 0 and frees its port", async () => {
