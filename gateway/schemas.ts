@@ -348,6 +348,19 @@ export const ROUTE_SCHEMAS = {
     },
   },
   pay: {
+    GET: {
+      operationId: "payLinkResult",
+      tags: ["checkout"],
+      summary: "What became of a pay attempt whose answer was lost",
+      description: "Asks by the attempt's Idempotency-Key alone (the page keeps no card to send again): the attempt's answer when it paid the link, `Payment not found` when it did not.",
+      ...open,
+      params: idParams,
+      headers: Type.Object({ "idempotency-key": Str("The key the attempt was sent with") }),
+      response: {
+        200: { ...PayResult, description: "The attempt paid the link: its answer", headers: REPLAYED },
+        ...errors({ 400: "`Idempotency-Key header is required`, or the key's rule", 404: "`Link not found` or `Payment not found`", 429: "`Too many requests`" }),
+      },
+    },
     POST: {
       operationId: "payLink",
       tags: ["checkout"],

@@ -387,6 +387,77 @@ it("keeps an attempt's Idempotency-Key across a reload while it was under way, s
   await close();
 }, 40_000);
 
+/** Pays through the page; the payment is made, but every answer of the attempt is lost until `back()`. */
+async function payWithAnswersLost(page: Page) {
+  let lost = true;
+  let paid = false;
+  const keys: string[] = [];
+  await page.route("**/pay", async (route) => {
+    if (route.request().method() !== "POST" || !lost) return route.continue();
+    keys.push(route.request().headers()["idempotency-key"] ?? "");
+    if (keys.length === 1) {
+      expect((await route.fetch({ url: `${stack.gatewayUrl}${new URL(route.request().url()).pathname}` })).status()).toBe(200);
+      paid = true;
+    }
+    return route.abort("connectionreset");
+  });
+  await page.locator("#method-bank_transfer").check();
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await expect.poll(() => paid).toBe(true);
+  return { keys, back: () => (lost = false) };
+}
+
+it("keeps the cancel link off once its retries run out with the outcome unknown, and a reload shows the payment, not \"already used\"", async () => {
+  const link = await createLink({ description: "Order #2010", cancel_url: `${merchantUrl}/cart` });
+  const { page, problems, close } = await newPage();
+  await page.goto(link.url);
+  const lost = await payWithAnswersLost(page);
+  await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toBe(
+    "We could not reach the payment service. Check your connection and try again.",
+  );
+  expect(lost.keys).toHaveLength(6);
+  // It may have paid (it did): the customer must not land on the cancel page.
+  const cancel = page.getByRole("link", { name: "Cancel and return to Northwind Coffee" });
+  expect(await cancel.getAttribute("aria-disabled")).toBe("true");
+  await cancel.click({ force: true });
+  await page.waitForTimeout(300);
+  expect(page.url()).toBe(link.url);
+  expect(await page.locator("#status").innerText()).toBe("Your payment may have gone through. Reload this page to see whether it did before you leave.");
+  lost.back();
+  await page.reload();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  expect(await page.locator("#outcome-payment").isVisible()).toBe(true);
+  expect(await page.title()).toBe("Payment complete");
+  expect(await activeId(page)).toBe("outcome-title");
+  expect(await page.evaluate(() => sessionStorage.length)).toBe(0); // settled
+  // Another tab, which made no attempt, sees the link used.
+  const other = await newPage();
+  await other.page.goto(link.url);
+  await other.page.waitForTimeout(300);
+  expect(await other.page.getByRole("heading", { name: "This payment link has already been used" }).isVisible()).toBe(true);
+  expect(await other.page.locator("#outcome-payment").isVisible()).toBe(false);
+  expect(other.problems).toEqual([]);
+  await other.close();
+  expect(problems).toEqual([]);
+  await close();
+}, 40_000);
+
+it("sends a customer whose answer was lost on to redirect_url from the reloaded page, with the ids", async () => {
+  const link = await createLink({ description: "Order #2011", redirect_url: `${merchantUrl}/thanks` });
+  const { page, problems, close } = await newPage();
+  await page.goto(link.url);
+  const lost = await payWithAnswersLost(page);
+  lost.back();
+  await Promise.all([page.waitForURL(`${merchantUrl}/thanks?**`), page.reload()]);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  const landed = new URL(page.url());
+  expect([landed.searchParams.get("link_id"), landed.searchParams.get("payment_id")]).toEqual([link.id, payment!.id]);
+  expect(problems).toEqual([]);
+  await close();
+}, 40_000);
+
 it("words a proxy's own error page (HTML, no JSON) once: a 502 is asked again, then \"Please try again.\" once", async () => {
   const link = await createLink({ description: "Order #2004" });
   const { page, close } = await newPage();

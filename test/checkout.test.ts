@@ -446,10 +446,10 @@ describe("POST /link/{id}/pay", () => {
     expect(late.body).toEqual({ error: "Link has expired" });
   });
 
-  it("answers 405 for GET", async () => {
-    const res = await fetch(`${stack.gatewayUrl}/link/${await createLink()}/pay`);
+  it("answers 405 for PUT, naming GET (what became of an attempt) and POST", async () => {
+    const res = await fetch(`${stack.gatewayUrl}/link/${await createLink()}/pay`, { method: "PUT" });
     expect(res.status).toBe(405);
-    expect(res.headers.get("allow")).toBe("POST");
+    expect(res.headers.get("allow")).toBe("GET, HEAD, POST");
     expect(await res.json()).toEqual({ error: "Method not allowed" });
   });
 });

@@ -124,7 +124,7 @@ describe("routes", () => {
   it.each([
     ["POST", "/link/%E0%A4%A/pay", { payment_method: "bank_transfer" }, 404, "Link not found"],
     ["POST", "/link/%E0%A4%A/pay", {}, 400, "payment_method is required"],
-    ["GET", "/link/%E0%A4%A/pay", undefined, 405, "Method not allowed"],
+    ["PUT", "/link/%E0%A4%A/pay", undefined, 405, "Method not allowed"],
     ["POST", "/link/%E0%A4%A", undefined, 405, "Method not allowed"],
     ["DELETE", "/v1/links/lnk-%E0%A4%A", undefined, 405, "Method not allowed"],
     ["POST", "/v1/links/lnk-%E0%A4%A/expire", undefined, 404, "Link not found"],

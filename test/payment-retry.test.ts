@@ -2,6 +2,7 @@
 // a LinkService killed mid-pay leaves every charged customer on a success
 // answer with the payment id that was recorded, none told "already used".
 import { randomUUID } from "node:crypto";
+import http from "node:http";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDatabase } from "./support/database.js";
@@ -109,6 +110,47 @@ describe("Idempotency-Key on pay", () => {
     const id = await newLink();
     const res = await pay(stack.gatewayUrl, id, { payment_method: "bank_transfer" }, "k".repeat(256));
     expect(res.status).toBe(400);
+  });
+
+  describe("GET /link/{id}/pay: what became of an attempt, asked by its key alone", () => {
+    const ask = async (id: string, headers: [string, string][]) => {
+      const res = await fetch(`${stack.gatewayUrl}/link/${id}/pay`, { headers });
+      return { status: res.status, headers: res.headers, body: await res.json() };
+    };
+
+    it("the attempt that paid gets its answer, replayed; any other key, or a link not paid, gets 404 Payment not found", async () => {
+      const id = await newLink();
+      const key = randomUUID();
+      expect(await ask(id, [["idempotency-key", key]])).toMatchObject({ status: 404, body: { error: "Payment not found" } });
+      const paid = await pay(stack.gatewayUrl, id, { payment_method: "card", card: CARD }, key);
+      expect(paid.status).toBe(200);
+      const answer = await ask(id, [["idempotency-key", key]]);
+      expect(answer.status).toBe(200);
+      expect(answer.body).toEqual(JSON.parse(paid.text));
+      expect(answer.headers.get("idempotent-replayed")).toBe("true");
+      expect(answer.headers.get("cache-control")).toBe("no-store");
+      expect(await ask(id, [["idempotency-key", randomUUID()]])).toMatchObject({ status: 404, body: { error: "Payment not found" } });
+      // Paid without a key: no key names it.
+      const other = await newLink();
+      expect((await pay(stack.gatewayUrl, other, { payment_method: "bank_transfer" })).status).toBe(200);
+      expect(await ask(other, [["idempotency-key", key]])).toMatchObject({ status: 404, body: { error: "Payment not found" } });
+    });
+
+    it("refuses a missing, repeated or malformed key, and names an unknown link", async () => {
+      const id = await newLink();
+      expect(await ask(id, [])).toMatchObject({ status: 400, body: { error: "Idempotency-Key header is required" } });
+      // Sent as two header lines (fetch would join them into one).
+      const twice = await new Promise<{ status?: number; body: string }>((resolve, reject) => {
+        http.get(`${stack.gatewayUrl}/link/${id}/pay`, { headers: { "idempotency-key": ["a", "b"] } }, (res) => {
+          let body = "";
+          res.on("data", (c: Buffer) => (body += c));
+          res.on("end", () => resolve({ status: res.statusCode, body }));
+        }).on("error", reject);
+      });
+      expect(twice).toEqual({ status: 400, body: JSON.stringify({ error: "Idempotency-Key header must be given once" }) });
+      expect(await ask(id, [["idempotency-key", "k".repeat(256)]])).toMatchObject({ status: 400, body: { error: "Idempotency-Key must be 1 to 255 characters" } });
+      expect(await ask("pl_nothing", [["idempotency-key", "k"]])).toMatchObject({ status: 404, body: { error: "Link not found" } });
+    });
   });
 });
 

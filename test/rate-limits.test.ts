@@ -153,6 +153,17 @@ describe("per address on pay", () => {
     expect(statuses).toEqual([404, 404, 404, 404, 404, 404, 429]);
   });
 
+  it("counts GET /link/{id}/pay (asking after an attempt by its key) in the same budget, so keys cannot be tried faster", async () => {
+    const limited = await startStack({ gateway: { rateLimitPay: { max: 1, windowMs: 60_000 } } });
+    try {
+      const ask = async () => (await api(limited, "GET", "/link/lnk-nope/pay", { clientId: null, headers: { "idempotency-key": "k" } })).status;
+      const pay = async () => (await api(limited, "POST", "/link/lnk-nope/pay", { clientId: null, body: { payment_method: "bank_transfer" } })).status;
+      expect([await ask(), await pay(), await ask()]).toEqual([404, 404, 429]);
+    } finally {
+      await limited.close();
+    }
+  });
+
   it("counts by X-Forwarded-For only from a trusted proxy (TRUST_PROXY)", async () => {
     const proxied = await startStack({ gateway: { rateLimitPay: { max: 1, windowMs: 60_000 }, trustProxy: ["127.0.0.1"] } });
     try {

@@ -4,13 +4,13 @@ import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { Static } from "@sinclair/typebox";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { GatewayDeps } from "../deps.js";
-import { route } from "../routing.js";
+import { headerCount, route } from "../routing.js";
 import { type Pay, ROUTE_SCHEMAS } from "../schemas.js";
 import { forwardTrace } from "../trace.js";
-import { answerFor, httpErrorOf } from "../errors.js";
+import { answerFor, badRequest, httpErrorOf } from "../errors.js";
 import { limitFor } from "../rate-limits.js";
 import { statusName } from "../../services/shared/names.js";
-import { linkStateError } from "../../services/shared/rpc-errors.js";
+import { linkStateError, paymentNotFound } from "../../services/shared/rpc-errors.js";
 import { sendPage } from "./layout.js";
 import { checkoutPage } from "./page.js";
 import { judge, schemaDisagreement } from "../request-rules.js";
@@ -66,6 +66,17 @@ const pay: FastifyPluginAsync<GatewayDeps> = async (app, { clients: { links }, r
   });
 
   route(app, "/link/:id/pay", {
+    // What became of the attempt with this key: for a page that lost its
+    // answer and, having kept no card to send again, can only ask by the key.
+    async GET(req, reply) {
+      if (headerCount(req, "idempotency-key") > 1) throw badRequest("Idempotency-Key header must be given once");
+      const key = req.headers["idempotency-key"];
+      if (typeof key !== "string") throw badRequest("Idempotency-Key header is required");
+      const res = await links.getCheckout({ linkId: idOf(req), idempotencyKey: key }, { headers: forwardTrace(req) });
+      if (!res.payment) throw paymentNotFound();
+      reply.header("idempotent-replayed", "true");
+      return reply.send(paymentResultToJson(res.payment));
+    },
     async POST(req, reply) {
       // No validate_only to ask: what PAY leaves to the LinkService it
       // refuses below, and anything more is a schema it does not share.

@@ -48,9 +48,12 @@ export function statusPage(status: number, opts: { data?: LinkData; testMode: bo
 ${merchantHeader(opts.data, opts.testMode, "Payment link")}
 <section class="panel done">
   <div class="icon ${outcome.icon}" aria-hidden="true">${outcome.mark}</div>
-  <h2>${outcome.title}</h2>
-  <p>${outcome.message}</p>
+  <h2 id="outcome-title">${outcome.title}</h2>
+  <p id="outcome-message">${outcome.message}</p>
+  <p class="mono" id="outcome-payment" hidden>Payment <span id="payment-id"></span></p>
 </section>
 </main>`;
-  return documentOf(outcome.title, body, { script: false });
+  // A used link's page runs the script: a tab whose own attempt paid it, and
+  // lost the answer, is shown its payment there, not "already used".
+  return documentOf(outcome.title, body, { script: status === 409 });
 }

@@ -23,7 +23,7 @@ import { validateIdempotencyKey } from "./validate.js";
 
 const SCOPE = "\u0001pay ";
 
-const refOf = (req: CompletePaymentRequest, key: string) => ({ clientId: SCOPE + req.linkId, key });
+const refOf = (linkId: string, key: string) => ({ clientId: SCOPE + linkId, key });
 
 /**
  * What identifies the request without keeping the card: the method and the
@@ -61,16 +61,34 @@ export function paymentKeyOf(req: CompletePaymentRequest): string | undefined {
  */
 export async function replayPayment(db: Executor, req: CompletePaymentRequest): Promise<CompletePaymentResponse | undefined> {
   const key = paymentKeyOf(req);
-  // An id that names no link (PostgreSQL refuses one with NUL) has paid nothing: the pay answers its 404.
-  if (key === undefined || !isLinkId(req.linkId)) return undefined;
-  const held = await store.findKey(db, refOf(req, key));
-  if (!held?.response) return undefined;
+  if (key === undefined) return undefined;
+  const held = await paidWith(db, req.linkId, key);
+  if (!held) return undefined;
   if (held.requestHash !== requestHash(req)) {
     // Bad input is the 400 that names it, as a create's is, rather than a 422.
     if (req.paymentMethod === PaymentMethod.CARD) checkCardFields(req.card);
     throw idempotencyKeyReused();
   }
-  return create(CompletePaymentResponseSchema, { ...fromBinary(CompletePaymentResponseSchema, held.response), replayed: true });
+  return held.answer;
+}
+
+/**
+ * The answer of the attempt that paid the link with this key, replayed, or
+ * undefined: what a checkout that lost it asks for (GetCheckout), by the key
+ * alone, having kept no card to send again.
+ */
+export async function paidWithKey(db: Executor, linkId: string, key: string): Promise<CompletePaymentResponse | undefined> {
+  validateIdempotencyKey(key);
+  return (await paidWith(db, linkId, key))?.answer;
+}
+
+async function paidWith(db: Executor, linkId: string, key: string) {
+  // An id that names no link (PostgreSQL refuses one with NUL) has paid nothing.
+  if (!isLinkId(linkId)) return undefined;
+  const held = await store.findKey(db, refOf(linkId, key));
+  if (!held?.response) return undefined;
+  const answer = create(CompletePaymentResponseSchema, { ...fromBinary(CompletePaymentResponseSchema, held.response), replayed: true });
+  return { answer, requestHash: held.requestHash };
 }
 
 /** Keeps the winning attempt's answer under its key; runs in the payment's transaction. */
@@ -82,7 +100,7 @@ export async function savePaymentAnswer(
 ): Promise<void> {
   const key = paymentKeyOf(req);
   if (key === undefined) return;
-  const ref = refOf(req, key);
+  const ref = refOf(req.linkId, key);
   if (await store.claimKey(tx, ref, requestHash(req), now)) {
     await store.saveKeyResponse(tx, ref, now, toBinary(CompletePaymentResponseSchema, res));
   }

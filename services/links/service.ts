@@ -7,6 +7,7 @@ import {
   type Link,
   LinkSchema,
   type LinkService,
+  LinkStatus,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { Logger } from "../shared/logger.js";
 import { statusFromError } from "../shared/rpc-status.js";
@@ -23,6 +24,7 @@ import type { Payments } from "./payments.js";
 import { dataToJson, type LinkRow, statusAt, toCheckout, toLink } from "./records.js";
 import { enqueue, linkExpiredEvent } from "./outbox.js";
 import * as store from "./store.js";
+import { paidWithKey } from "./payment-keys.js";
 import { type Authenticator, callerOf } from "./auth.js";
 import { MAX_LINK_TEXT_BYTES, textBytes, validateCreateLink, validateIdempotencyKey, validateListLinks } from "./validate.js";
 
@@ -207,9 +209,14 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     },
 
     async getCheckout(req) {
+      // Refused before anything is read, as every bad input is.
+      if (req.idempotencyKey !== undefined) validateIdempotencyKey(req.idempotencyKey);
       const row = await batched.findLink(req.linkId);
       if (!row) throw linkNotFound();
-      return { checkout: toCheckout(row, clock.now()) };
+      const checkout = toCheckout(row, clock.now());
+      // Only a used link was paid, by at most one attempt.
+      if (req.idempotencyKey === undefined || checkout.status !== LinkStatus.USED) return { checkout };
+      return { checkout, payment: await paidWithKey(db, req.linkId, req.idempotencyKey) };
     },
 
     completePayment: (req, ctx) => deps.payments.complete(req, ctx.signal),

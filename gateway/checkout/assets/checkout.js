@@ -3,8 +3,21 @@
 // server checks everything again; these checks only save a round trip.
 (function () {
   "use strict";
+  // Relative to the page, so a CHECKOUT_BASE_URL with a path prefix works.
+  var payUrl = location.pathname.replace(/\/+$/, "") + "/pay";
+  // The attempt whose outcome is unknown (under way, its answers lost, or
+  // 503s until the retries ran out): clicking Pay again with the same details
+  // asks again with its key, so a payment that went through is shown, not
+  // refused as "already used". Any definite answer ends it. Kept in this
+  // tab's sessionStorage as well, because a reload while it was under way
+  // would otherwise make its retry a new attempt, and a reload after it
+  // paid shows the used link's page, which asks what became of it. It holds
+  // what the server tells requests apart by (the method, and the card's last
+  // four digits, length, expiry and name), never a card number or CVC.
+  var ATTEMPT_ITEM = "paylink attempt " + payUrl;
+  var unsettled = recallAttempt();
   var form = document.getElementById("pay-form");
-  if (!form) return;
+  if (!form) return askLostAttempt();
   var status = document.getElementById("status");
   var fields = document.getElementById("pay-fields");
   var cancel = document.getElementById("cancel-link");
@@ -17,21 +30,12 @@
   var cvc = document.getElementById("card-cvc");
   var name = document.getElementById("card-name");
   var payLabel = button.textContent;
-  // Relative to the page, so a CHECKOUT_BASE_URL with a path prefix works.
-  var payUrl = location.pathname.replace(/\/+$/, "") + "/pay";
   var busy = false;
   // The link can no longer be paid (404, 409, 410): Pay stays off for good.
   var retired = false;
-  // The attempt whose outcome is unknown (under way, its answers lost, or
-  // 503s until the retries ran out): clicking Pay again with the same details
-  // asks again with its key, so a payment that went through is shown, not
-  // refused as "already used". Any definite answer ends it. Kept in this
-  // tab's sessionStorage as well, because a reload while it was under way
-  // would otherwise make its retry a new attempt. It holds what the server
-  // tells requests apart by (the method, and the card's last four digits,
-  // length, expiry and name), never a card number or CVC.
-  var ATTEMPT_ITEM = "paylink attempt " + payUrl;
-  var unsettled = recallAttempt();
+  // A try of this page's attempt got no definite answer (lost, or a 5xx):
+  // it may have paid, so the cancel link stays off until the attempt settles.
+  var doubtful = false;
 
   function recallAttempt() {
     try {
@@ -40,6 +44,35 @@
     } catch (e) {
       return null; // storage off or unreadable: this page's memory only
     }
+  }
+
+  // On a used link's page: a saved attempt of this tab may be what paid it.
+  // Asked by its key alone; a definite answer ends it, anything else leaves
+  // it for the next reload.
+  function askLostAttempt() {
+    if (!unsettled) return;
+    fetch(payUrl, {
+      headers: { accept: "application/json", "idempotency-key": unsettled.key },
+      credentials: "same-origin",
+      cache: "no-store",
+    }).then(function (res) {
+      if (res.status === 404) return keepAttempt(null);
+      if (!res.ok) return;
+      return res.json().then(function (result) {
+        keepAttempt(null);
+        var target = typeof result.redirect_url === "string" ? result.redirect_url : "";
+        if (/^https?:\/\//i.test(target)) return location.assign(target);
+        document.title = "Payment complete";
+        document.getElementById("outcome-title").textContent = "Payment complete";
+        document.getElementById("outcome-message").textContent = "Your payment went through. You can close this page.";
+        document.getElementById("payment-id").textContent = result.payment_id || "";
+        document.getElementById("outcome-payment").hidden = false;
+        // Said to a screen reader too: the page it read said "already used".
+        var title = document.getElementById("outcome-title");
+        title.tabIndex = -1;
+        title.focus();
+      });
+    }).catch(function () {});
   }
 
   function keepAttempt(attempt) {
@@ -164,7 +197,7 @@
   function finish(message, focusOn) {
     busy = false;
     markBusy(false);
-    holdExit(false);
+    holdExit(doubtful);
     button.disabled = false;
     button.textContent = payLabel;
     announce(message, "error");
@@ -240,7 +273,10 @@
     // so a payment whose answer was lost is answered, never charged twice
     // and never told the link is used (CONTRACT "Retrying a payment").
     var shape = shapeOf(body);
-    if (!unsettled || unsettled.shape !== shape) keepAttempt({ shape: shape, key: newKey() });
+    if (!unsettled || unsettled.shape !== shape) {
+      doubtful = false;
+      keepAttempt({ shape: shape, key: newKey() });
+    }
     send(JSON.stringify(body), unsettled.key, 0);
   });
 
@@ -255,6 +291,7 @@
   }
 
   function retryOrFail(json, key, tries, message) {
+    doubtful = true;
     if (tries >= RETRY_DELAYS_MS.length) return finish(message);
     announce("Still processing your payment\u2026", "info");
     var base = RETRY_DELAYS_MS[tries];
@@ -283,6 +320,7 @@
             : "Too many attempts. Please wait a moment and try again.");
         }
         keepAttempt(null);
+        doubtful = false;
         if (res.ok) return succeed(data);
         if (res.status === 402) {
           // Marked at the field, as a refused number is, so its description
@@ -304,7 +342,9 @@
   }
 
   if (cancel) cancel.addEventListener("click", function (event) {
-    if (cancel.hasAttribute("aria-disabled")) event.preventDefault();
+    if (!cancel.hasAttribute("aria-disabled")) return;
+    event.preventDefault();
+    if (!busy) announce("Your payment may have gone through. Reload this page to see whether it did before you leave.", "error");
   });
 
   showMethod();
