@@ -38,6 +38,15 @@ const LIST_LINKS: RequestRules = {
 const unknownParameter = (name: string) =>
   name === "" ? "Query parameter names must not be empty" : `Unknown query parameter ${name}`;
 
+/**
+ * The routes that take no query refuse one, as the list refuses a name it
+ * does not know: `POST /v1/links?expires_in=60` had made a 12-hour link
+ * without a word, a typo silently changing what the merchant got.
+ */
+function refuseQuery(req: FastifyRequest): void {
+  for (const name in req.query as Record<string, unknown>) throw badRequest(unknownParameter(name));
+}
+
 /** Registered with prefix /v1. */
 export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth, rateLimitClient, metrics }) => {
   const { links } = clients;
@@ -63,6 +72,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
 
   route(v1, "/links", {
     async POST(req, reply) {
+      refuseQuery(req);
       const refused = judge(req, CREATE_LINK);
       const key = req.headers["idempotency-key"];
       const request = createLinkRequestFromJson(req.body as Static<typeof ROUTE_SCHEMAS.links.POST.body>, typeof key === "string" ? key : undefined);
@@ -95,6 +105,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
 
   route(v1, "/links/:id", {
     async GET(req, reply) {
+      refuseQuery(req);
       const { link } = await clients.getLink(caller(req), idOf(req));
       // REST shows only payable links here; used and expired ones are
       // the contract's 409 and 410 (the list and gRPC still show them).
@@ -106,6 +117,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
 
   route(v1, "/links/:id/expire", {
     async POST(req, reply) {
+      refuseQuery(req);
       refuseNonObjectBody(req);
       const { link } = await links.expireLink({ id: idOf(req) }, asCaller(req));
       return sendLink(reply, link!);
@@ -115,6 +127,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
   // The link's sub-resources answer in any link status (404 and 403 only).
   route(v1, "/links/:id/payment", {
     async GET(req, reply) {
+      refuseQuery(req);
       const { payment } = await links.getPayment({ linkId: idOf(req) }, asCaller(req));
       return reply.send(paymentToJson(payment!));
     },
@@ -122,6 +135,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
 
   route(v1, "/links/:id/events", {
     async GET(req, reply) {
+      refuseQuery(req);
       const { events } = await links.listLinkEvents({ linkId: idOf(req) }, asCaller(req));
       return reply.send({ data: events.map(linkEventToJson) });
     },
@@ -129,6 +143,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
 
   route(v1, "/links/:id/events/:eventId/redeliver", {
     async POST(req, reply) {
+      refuseQuery(req);
       refuseNonObjectBody(req);
       const { eventId } = req.params as { eventId: string };
       const { event } = await links.redeliverEvent({ linkId: idOf(req), eventId }, asCaller(req));

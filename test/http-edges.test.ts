@@ -129,13 +129,33 @@ describe("routes", () => {
     ["DELETE", "/v1/links/lnk-%E0%A4%A", undefined, 405, "Method not allowed"],
     ["POST", "/v1/links/lnk-%E0%A4%A/expire", undefined, 404, "Link not found"],
     ["GET", "/v1/links/lnk-%E0%A4%A/events", undefined, 404, "Link not found"],
-    ["GET", "/v1/links/%zz?limit=%ff", undefined, 404, "Link not found"],
+    ["GET", "/v1/links/%zz", undefined, 404, "Link not found"],
+    ["GET", "/v1/links/%zz?limit=%ff", undefined, 400, "Unknown query parameter limit"],
     ["GET", "/v1/%E0%A4%A/links", undefined, 404, "Not found"],
   ])("%s %s with an id that cannot be decoded: as for any unknown id", async (method, path, body, status, error) => {
     const res = await api(stack, method, path, body === undefined ? {} : { body });
     expect(outcome(res)).toEqual({ status, body: { error } });
     expect(res.headers.get("content-type")).toBe(JSON_TYPE);
   });
+});
+
+// Only the list takes a query; elsewhere a parameter is a mistake that must
+// not pass unseen (`?expires_in=60` on a create had made a 12-hour link).
+it.each([
+  ["POST", "/v1/links?expires_in=60", validLink(), "Unknown query parameter expires_in"],
+  ["GET", "/v1/links/LINK?expand=payment", undefined, "Unknown query parameter expand"],
+  ["POST", "/v1/links/LINK/expire?at=now", undefined, "Unknown query parameter at"],
+  ["GET", "/v1/links/LINK/payment?x=1", undefined, "Unknown query parameter x"],
+  ["GET", "/v1/links/LINK/events?limit=1", undefined, "Unknown query parameter limit"],
+  ["POST", "/v1/links/LINK/events/evt-1/redeliver?force", undefined, "Unknown query parameter force"],
+  ["GET", "/v1/links/LINK?=1", undefined, "Query parameter names must not be empty"],
+])("%s %s: 400 naming the parameter, nothing done", async (method, path, body, error) => {
+  // A create under a client of its own, whose links are then counted.
+  const clientId = body === undefined ? undefined : `query-refused-${process.pid}`;
+  const res = await api(stack, method, path.replace("LINK", linkId), { ...(body !== undefined && { body, clientId }) });
+  expect(outcome(res)).toEqual({ status: 400, body: { error } });
+  if (clientId) expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
+  expect((await api(stack, "GET", `/v1/links/${linkId}`)).status).toBe(200); // not expired
 });
 
 describe("every answer", () => {
