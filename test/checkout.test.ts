@@ -227,6 +227,9 @@ describe("GET /link/{id}", () => {
     expect(new URL(slashed.headers.get("location")!, slashed.url).href).toBe(`${stack.gatewayUrl}/link/${id}?utm_source=mail&x=a%20b`);
     const followed = await fetch(`${stack.gatewayUrl}/link/${id}/`);
     expect(followed.status).toBe(200);
+    // The page takes any query (a campaign tool's utm_*), unlike the API.
+    const tagged = await fetch(`${stack.gatewayUrl}/link/${id}?utm_source=mail&x=a%20b`);
+    expect(tagged.status).toBe(200);
     expect(followed.url).toBe(`${stack.gatewayUrl}/link/${id}`);
     expect(await followed.text()).toContain('<form id="pay-form"');
     // An unknown link, slashed, ends on the 404 page, not on JSON.
