@@ -147,6 +147,8 @@ describe("a valid request", () => {
     ["metadata key of 40 characters", (b: Body) => (b.metadata = { ["k".repeat(40)]: "v" })],
     ["metadata value of 500 characters", (b: Body) => (b.metadata = { note: "v".repeat(500) })],
     ["metadata webhook of 2048", (b: Body) => (b.metadata = { webhook: `https://hooks.test/${"w".repeat(2048 - 19)}` })],
+    ["metadata webhook with a percent-encoded password", (b: Body) => (b.metadata = { webhook: "https://user:p%40ss@hooks.test/x" })],
+    ["metadata webhook with an @ in its user", (b: Body) => (b.metadata = { webhook: "https://a@b@hooks.test/x" })],
     ["metadata webhook of 2048 characters, not ASCII", (b: Body) => (b.metadata = { webhook: `https://hooks.test/${"ü".repeat(2048 - 19)}` })],
     ["an empty metadata object", (b: Body) => (b.metadata = {})],
   ])("accepts %s and echoes it", async (_name, edit) => {
@@ -270,6 +272,7 @@ describe("validation (400 naming the field)", () => {
     ["redirect_url with a backslash", (b) => (b.data.redirect_url = "https://shop.test\\@evil.test/"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url with a third slash", (b) => (b.data.redirect_url = "https:///shop.test/done"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url with an encoded host", (b) => (b.data.redirect_url = "https://%73hop.test/"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
+    ["redirect_url with an encoded host after a user", (b) => (b.data.redirect_url = "https://user:p%40ss@%73hop.test/"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url with a C1 control", (b) => (b.data.redirect_url = "https://shop.test/\u0085done"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["redirect_url with a tab", (b) => (b.data.redirect_url = "https://shop.test/\tdone"), "data.redirect_url must be an absolute http or https URL of at most 2048 characters"],
     ["cancel_url relative", (b) => (b.data.cancel_url = "cancel"), "data.cancel_url must be an absolute http or https URL of at most 2048 characters"],

@@ -5,7 +5,9 @@
  * control characters (C0 and C1), so such a value would be one URL to us and
  * another, or none, to whoever typed it.
  */
-const ABSOLUTE_HTTP = /^https?:\/\/[^\s\\/?#%\x00-\x1f\x7f-\x9f]+(?:[/?#][^\s\\\x00-\x1f\x7f-\x9f]*)?$/i;
+// A user and password before the last "@" may be percent-encoded (that is
+// how "@" or ":" is written in a password); the host may not.
+const ABSOLUTE_HTTP = /^https?:\/\/(?:[^\s\\/?#\x00-\x1f\x7f-\x9f]*@)?[^\s\\/?#%@\x00-\x1f\x7f-\x9f]+(?:[/?#][^\s\\\x00-\x1f\x7f-\x9f]*)?$/i;
 
 /** An absolute http or https URL as typed, parsed; undefined for anything else (see ABSOLUTE_HTTP). */
 export function absoluteHttpUrl(value: string): URL | undefined {
