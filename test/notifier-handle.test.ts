@@ -6,7 +6,7 @@
 // LinkService.
 import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { Client } from "@connectrpc/connect";
+import { type Client, Code, ConnectError } from "@connectrpc/connect";
 import type { JetStreamClient, JsMsg, MsgHdrs } from "nats";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
@@ -35,15 +35,15 @@ interface Options {
   /** ConfirmDeadLetter fails (a LinkService older than it answers UNIMPLEMENTED). */
   confirmFails?: boolean;
   recordForMs?: number;
-  /** StartAttempt fails as an unreachable LinkService's does. */
-  startFails?: boolean;
+  /** StartAttempt fails with this error. */
+  startFails?: Error;
   logger?: Logger;
 }
 
 function handlerFor(
   start: Omit<MessageInitShape<typeof StartAttemptResponseSchema>, "$typeName">,
   outcome: Outcome,
-  { recordAnswer = {}, publishFailures = 0, recordForMs, confirmFails = false, startFails = false, logger = pino({ level: "silent" }) }: Options = {},
+  { recordAnswer = {}, publishFailures = 0, recordForMs, confirmFails = false, startFails, logger = pino({ level: "silent" }) }: Options = {},
 ) {
   const deadLetters: { subject: string; data: Uint8Array; headers: MsgHdrs }[] = [];
   const recorded: RecordAttemptRequest[] = [];
@@ -68,9 +68,10 @@ function handlerFor(
       return outcome;
     },
   } as unknown as Deliverer;
+  let startError = startFails;
   const deliveries = {
     startAttempt: async () => {
-      if (startFails) throw new Error("connect ECONNREFUSED 127.0.0.1:5051");
+      if (startError) throw startError;
       return create(StartAttemptResponseSchema, {
         action: StartAttemptAction.DELIVER,
         webhookUrl: "http://receiver.test/hook",
@@ -103,7 +104,7 @@ function handlerFor(
     recordForMs,
     ensureDeadLetterStream: async () => void steps.push("stream ensured"),
   });
-  return { handle, deadLetters, recorded, delivered, steps };
+  return { handle, deadLetters, recorded, delivered, steps, startWorks: () => (startError = undefined) };
 }
 
 function message(old = false, redeliveryCount = 0, headers: Record<string, string> = {}) {
@@ -137,17 +138,35 @@ function message(old = false, redeliveryCount = 0, headers: Record<string, strin
 
 const failed: Outcome = { kind: "failed", status: 503, error: "HTTP 503", category: "HTTP 503" };
 
-describe("the LinkService unreachable", () => {
-  it("logs the failure in the event's trace with the event's and link's ids, and the copy comes back in 5 s", async () => {
+describe("the LinkService failing", () => {
+  it("logs an unexpected failure as an error in the event's trace with the event's and link's ids, and the copy comes back in 5 s", async () => {
     const lines: Record<string, unknown>[] = [];
     const logger = createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
-    const { handle } = handlerFor({}, failed, { startFails: true, logger });
+    const { handle } = handlerFor({}, failed, { startFails: new ConnectError("a bug", Code.Internal), logger });
     const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
     const { msg, seen } = message(false, 0, { traceparent: `00-${traceId}-00f067aa0ba902b7-01`, "X-Request-Id": "pay-1" });
     await handle(msg);
     expect(seen).toEqual({ acked: false, nakDelay: 5000 });
     expect(lines).toMatchObject([
       { level: 50, msg: "event handling failed; retrying later", requestId: "pay-1", traceId, eventId: EVENT_ID, linkId: "lnk-1" },
+    ]);
+  });
+
+  it.each([Code.Unavailable, Code.DeadlineExceeded])("logs an outage (%s: the LinkService or its database away) once as a warning, not an error per event, and its end at info", async (code) => {
+    const lines: { level: number; msg: string }[] = [];
+    const logger = createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { handle, startWorks } = handlerFor({}, failed, { startFails: new ConnectError("the database is unavailable", code), logger });
+    for (let i = 0; i < 5; i++) {
+      const { msg, seen } = message();
+      await handle(msg);
+      expect(seen).toEqual({ acked: false, nakDelay: 5000 });
+    }
+    expect(lines.map((l) => [l.level, l.msg])).toEqual([[40, "handling events (the LinkService is unavailable) failed"]]);
+    startWorks();
+    await handle(message().msg);
+    expect(lines.filter((l) => l.msg.startsWith("handling events")).map((l) => [l.level, l.msg])).toEqual([
+      [40, "handling events (the LinkService is unavailable) failed"],
+      [30, "handling events (the LinkService is unavailable) works again"],
     ]);
   });
 });

@@ -9,7 +9,8 @@ import { LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { startNotifier } from "../services/notifier/notifier.js";
 import type { Topology } from "../services/shared/jetstream.js";
-import { waitFor } from "./support/nats.js";
+import { createLogger } from "../services/shared/logger.js";
+import { startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
 import { silent, startDeliveryStack, startReceiver, usePrivateNatsAndDatabase } from "./support/webhooks.js";
 
 const SCHEDULE = [50, 50, 50, 50];
@@ -286,6 +287,35 @@ describe("health", () => {
     expect(own.metrics.counts.failed_attempt).toBeGreaterThanOrEqual(2);
     expect(answers.filter((status) => status !== 200)).toEqual([]);
   }, 30_000);
+
+  it("logs a NATS outage as warnings, a few and no stacks every turn, never an error line, and resumes", async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.close());
+    const lines: { level: number; msg: string }[] = [];
+    const notifier = await startNotifier({
+      natsUrl: nats.url,
+      linksUrl: "http://127.0.0.1:1",
+      env: "test",
+      retrySchedule: SCHEDULE,
+      logger: createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) }),
+      port: 0,
+      host: "127.0.0.1",
+      reconnectWaitMs: 100,
+      pullExpiresMs: 1_000,
+      topology: uniqueTopology(),
+    });
+    cleanups.push(notifier.close);
+    const ready = async () => (await fetch(`http://127.0.0.1:${notifier.port}/readyz`)).status === 200;
+    await waitFor(ready);
+    await nats.stop();
+    await new Promise((r) => setTimeout(r, 12_000)); // past the loops' 5 s requests, several turns of each
+    await nats.start();
+    await waitFor(ready, 15_000);
+    const during = lines.filter((l) => l.level >= 40);
+    expect(during.filter((l) => l.level >= 50)).toEqual([]);
+    expect(during.length).toBeLessThanOrEqual(4);
+    expect(during.map((l) => l.msg)).toContain("NATS connection lost; waiting for it to come back");
+  }, 40_000);
 
   it("is not ready while NATS is unreachable, and is alive all the same", async () => {
     const notifier = await startNotifier({

@@ -7,7 +7,7 @@
 // published again by the LinkService's reconciliation.
 import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { Client } from "@connectrpc/connect";
+import { type Client, Code, ConnectError } from "@connectrpc/connect";
 import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
 import {
   AttemptOutcome,
@@ -19,6 +19,7 @@ import {
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import { storableAttemptError } from "../shared/attempt-error.js";
 import type { Logger } from "../shared/logger.js";
+import { passLog } from "../shared/pass-log.js";
 import type { Deliverer, Outcome } from "./deliver.js";
 import { type HostSlots, UNLIMITED } from "./host-slots.js";
 import type { Topology } from "../shared/jetstream.js";
@@ -66,8 +67,6 @@ const DEAD_LETTER_AGAIN_MAX_MS = 3_600_000;
 const JITTER = 0.1;
 const HEADER_MAX = 1024;
 
-const succeeded = () => true;
-
 /** What an operator looks the event up by, when its payload can be read (decoded again: only on failure). */
 function idsOf(msg: JsMsg): { eventId?: string; linkId?: string } {
   try {
@@ -83,6 +82,11 @@ export function createHandler(deps: HandlerDeps) {
   const random = deps.random ?? Math.random;
   const recordForMs = deps.recordForMs ?? 20_000;
   const hostSlots = deps.hostSlots ?? UNLIMITED;
+  // The LinkService away (or PostgreSQL behind it) fails every waiting event
+  // alike, each again every 5 s: one warning for the outage (then one a
+  // minute, and an info line when an event is handled again), not an error
+  // line per event per try. An outage is not a bug.
+  const awayPass = passLog(logger, "handling events (the LinkService is unavailable)", { level: "warn" });
 
   /** `lastError` goes into the stream, so it must name no webhook address: an Outcome's category, not its error. */
   async function deadLetter(msg: JsMsg, eventId: string, msgId: string, body: Uint8Array, attempts: number, lastError: string, detail = lastError) {
@@ -188,7 +192,7 @@ export function createHandler(deps: HandlerDeps) {
    * Never rejects: a failure is logged and the copy comes back in 5 s.
    */
   return async function handle(msg: JsMsg): Promise<void> {
-    const attempt = () => handleEvent(msg).then(succeeded, (err: unknown) => failed(msg, err));
+    const attempt = () => handleEvent(msg).then(handled, (err: unknown) => failed(msg, err));
     const traceparent = msg.headers?.get("traceparent");
     if (!traceparent) {
       await attempt();
@@ -201,8 +205,15 @@ export function createHandler(deps: HandlerDeps) {
     span?.end({ "messaging.message.id": msg.seq }, !ok);
   };
 
+  function handled(): true {
+    void awayPass(Promise.resolve());
+    return true;
+  }
+
   function failed(msg: JsMsg, err: unknown): false {
-    logger[deps.stopping?.() ? "warn" : "error"]({ err, seq: msg.seq, ...idsOf(msg) }, "event handling failed; retrying later");
+    const unavailable = err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
+    if (unavailable && !deps.stopping?.()) void awayPass(Promise.reject(err));
+    else logger[deps.stopping?.() ? "warn" : "error"]({ err, seq: msg.seq, ...idsOf(msg) }, "event handling failed; retrying later");
     msg.nak(5000);
     return false;
   }

@@ -97,6 +97,14 @@ export async function startNotifier(opts: NotifierOptions) {
   let markReady: () => void = () => {};
   const ready = new Promise<void>((resolve) => (markReady = resolve));
 
+  // NATS away, a cluster without quorum, a stream an operator must mend: each
+  // loop below retries within a second or so, and an outage is one warning
+  // (then one a minute while it lasts, and an info line when it ends), not a
+  // warning and an error with their stacks on every turn.
+  const topologyPass = passLog(logger, "ensuring the JetStream topology", { level: "warn" });
+  const consumingPass = passLog(logger, "consuming events", { level: "warn" });
+  let consumingLogged = false;
+
   const pullExpiresMs = opts.pullExpiresMs ?? PULL_EXPIRES_MS;
   // When the pull loop last moved (a pull came back, or a busy slot freed):
   // a loop that stopped moving is not healthy. With every slot busy it waits
@@ -138,16 +146,14 @@ export async function startNotifier(opts: NotifierOptions) {
       stopping: () => stopping,
     });
     for (;;) {
-      try {
-        await consumeUntilLost(js, handle);
-      } catch (err) {
-        if (stopping) return;
-        logger.warn({ err }, "the event stream or its consumer is gone; ensuring them again");
-      }
+      // Returns once stopping; throws when the stream, its consumer or NATS is lost.
+      await consumingPass(consumeUntilLost(js, handle).catch((err: unknown) => {
+        if (!stopping) throw err;
+      }));
       if (stopping) return;
       // A deleted (or recreated) stream loses its consumer: make it again.
       await new Promise((resolve) => setTimeout(resolve, 500));
-      await ensureTopology(conn).catch((err: unknown) => logger.error({ err }, "cannot ensure topology"));
+      await topologyPass(ensureTopology(conn));
     }
   }
 
@@ -164,7 +170,9 @@ export async function startNotifier(opts: NotifierOptions) {
     const consumer = await js.consumers.get(topology.eventStream, topology.consumer);
     lastPullAt = Date.now();
     markReady();
-    logger.info({ stream: topology.eventStream, consumer: topology.consumer }, "consuming events");
+    // Once: a return after an outage is consumingPass's "works again".
+    if (!consumingLogged) logger.info({ stream: topology.eventStream, consumer: topology.consumer }, "consuming events");
+    consumingLogged = true;
     while (!stopping) {
       const free = concurrency - inflight.size;
       if (free <= 0) {
@@ -187,6 +195,8 @@ export async function startNotifier(opts: NotifierOptions) {
       // An empty pull may mean the consumer is gone: info() throws then, and the caller ensures it again.
       if (got === 0 && !stopping) await consumer.info();
       lastPullAt = Date.now();
+      // A pull came back: any outage before it is over, and the next is a new one.
+      void consumingPass(Promise.resolve());
     }
   }
 
@@ -210,7 +220,7 @@ export async function startNotifier(opts: NotifierOptions) {
         connected = true;
         metrics.natsConnected(true);
         // A server that came back without its store has lost the topology.
-        await ensureTopology(conn).catch((err: unknown) => logger.error({ err }, "cannot ensure topology"));
+        await topologyPass(ensureTopology(conn));
       },
     });
   }
@@ -228,8 +238,7 @@ export async function startNotifier(opts: NotifierOptions) {
     connected = true;
     metrics.natsConnected(true);
     void watch(conn);
-    // Retried every second while it fails (a stream an operator must mend, a cluster without quorum): one line a minute.
-    const topologyPass = passLog(logger, "ensuring the JetStream topology", { level: "warn" });
+    // Retried every second while it fails (a stream an operator must mend, a cluster without quorum).
     while (!(await topologyPass(ensureTopology(conn).then(() => true)))) {
       if (stopping) return;
       await new Promise((resolve) => setTimeout(resolve, 1000));
