@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import http from "node:http";
 import net from "node:net";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import postgres from "postgres";
@@ -552,6 +552,19 @@ describe("SIGTERM under load", () => {
   it("`npm start` refuses a CPU_PROF_DIR it cannot write to, naming it, before it starts anything", () =>
     // Each service's exit had hung on writing its profile there, until the supervisor's SIGKILL 20 s later.
     expectRefusedAtStart("paylink_start_profdir", { CPU_PROF_DIR: "/proc/paylink-profiles" }, "configuration error: CPU_PROF_DIR must be a folder this user can write to"));
+
+  it("`npm start` takes a CPU_PROF_DIR of only spaces as unset: no folder made, no profile written", START_AND_STOP, async () => {
+    const blank = path.join(ROOT, "  ");
+    const { start, own } = await npmStart("paylink_start_blankprof", { CPU_PROF_DIR: "  " });
+    try {
+      expect(existsSync(blank)).toBe(false);
+    } finally {
+      start.signal("SIGINT");
+      await start.exited;
+      await own.drop();
+      rmSync(blank, { recursive: true, force: true });
+    }
+  });
 
   it("`npm start` refuses a CPU_PROF_DIR that is a file (the profiles were lost at exit), naming it", async () => {
     const file = path.join(tmpdir(), `paylink-profiles-file-${process.pid}`);

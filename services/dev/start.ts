@@ -9,7 +9,7 @@ import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs"
 import net from "node:net";
 import { fileURLToPath } from "node:url";
 import { anyAddress } from "../shared/any-address.js";
-import { ConfigError, loadConfig, port } from "../shared/config.js";
+import { ConfigError, loadConfig, optional, port } from "../shared/config.js";
 import { ensureNats, reachable } from "./nats-server.js";
 import { NODE_FLAGS } from "./node-flags.js";
 import { createSupervisor } from "./supervisor.js";
@@ -32,7 +32,8 @@ const ITS_CALLERS = [
 const log = (line: string) => console.log(`[start] ${line}`);
 // CPU_PROF_DIR=<dir>: each service writes a V8 CPU profile there as it exits
 // (README, Performance), named for its role and this run's start.
-const PROFILE_DIR = process.env.CPU_PROF_DIR;
+// Blank is unset, as for every variable: a folder named "  " had been made and every service profiled.
+const PROFILE_DIR = optional(process.env, "CPU_PROF_DIR");
 const profileFlags = (name: string) =>
   PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE_DIR}`, `--cpu-prof-name=${name}-${Date.now()}.cpuprofile`] : [];
 
