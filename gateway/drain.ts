@@ -17,10 +17,24 @@ const DRAIN_IDLE_MS = 1_000;
  * timeout has, and nothing more.
  */
 export function drainGently(server: http.Server): void {
+  // Per connection, not per request: the hot path pays nothing for it.
+  const sockets = new Set<net.Socket>();
+  server.on("connection", (socket: net.Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  });
   server.close = function close(this: http.Server, callback?: (err?: Error) => void) {
     net.Server.prototype.close.call(this, callback);
     this.keepAliveTimeout = DRAIN_IDLE_MS;
-    setTimeout(() => this.closeIdleConnections(), DRAIN_IDLE_MS).unref();
+    setTimeout(() => {
+      this.closeIdleConnections();
+      // Node's idle list leaves out a connection that never sent a request
+      // (a browser's preconnect): it held the drain to its 15 s cut, and the
+      // exit to 1. A socket with no answer under way (_httpMessage, Node's
+      // own mark, set from the moment a request's head is read) has no
+      // request the drain owes anything.
+      for (const socket of sockets) if (!(socket as { _httpMessage?: unknown })._httpMessage) socket.destroy();
+    }, DRAIN_IDLE_MS).unref();
     return this;
   };
 }

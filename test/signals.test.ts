@@ -311,6 +311,23 @@ describe("SIGTERM under load", () => {
     }
   });
 
+  it("the gateway's drain is not held by a connection that never sends a request (a browser's preconnect): it exits 0 within seconds", async () => {
+    const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
+    try {
+      const silent = net.connect(services.gatewayPort, "127.0.0.1");
+      await new Promise((resolve) => silent.once("connect", resolve));
+      const closed = new Promise((resolve) => silent.once("close", resolve));
+      silent.on("error", () => {});
+      const started = performance.now();
+      services.gateway.signal("SIGTERM");
+      expect(await services.gateway.exited).toBe(0);
+      expect(performance.now() - started).toBeLessThan(5_000);
+      await closed;
+    } finally {
+      await services.close();
+    }
+  });
+
   it("the LinkService finishes its calls, then the gateway answers 503 with the contract's body; it exits 0 and frees its port", async () => {
     const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
     try {
