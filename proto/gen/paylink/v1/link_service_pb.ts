@@ -1453,7 +1453,9 @@ export const LinkService: GenService<{
     output: typeof ExpireLinkResponseSchema;
   },
   /**
-   * What the checkout page may show of a link: never metadata or client_id.
+   * What the checkout page may show of a link: never metadata or client_id;
+   * and, given the key of the customer's own pay attempt, that attempt's
+   * answer when it paid the link.
    *
    * @generated from rpc paylink.v1.LinkService.GetCheckout
    */
