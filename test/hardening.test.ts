@@ -155,7 +155,7 @@ describe("REST", () => {
     ["MKCOL", "/v1/links/lnk-x", "GET, HEAD"],
     ["LOCK", "/v1/links/lnk-x/expire", "POST"],
     ["PUT", "/link/lnk-x", "GET, HEAD"],
-    ["TRACE", "/link/lnk-x/pay", "POST"],
+    ["TRACE", "/link/lnk-x/pay", "GET, HEAD, POST"],
     ["COPY", "/healthz", "GET, HEAD"],
   ])("answers %s %s with 405 and Allow, before reading a body", async (method, path, allow) => {
     const res = await rawRequest([
