@@ -26,13 +26,12 @@ export function drainGently(server: http.Server): void {
   server.close = function close(this: http.Server, callback?: (err?: Error) => void) {
     net.Server.prototype.close.call(this, callback);
     this.keepAliveTimeout = DRAIN_IDLE_MS;
+    // Every connection with no answer under way (_httpMessage, Node's own
+    // mark, set from the moment a request's head is read): the idle ones,
+    // and one that never sent a request (a browser's preconnect), which
+    // Node's closeIdleConnections() leaves out and which had held the drain
+    // to its 15 s cut and the exit to 1.
     setTimeout(() => {
-      this.closeIdleConnections();
-      // Node's idle list leaves out a connection that never sent a request
-      // (a browser's preconnect): it held the drain to its 15 s cut, and the
-      // exit to 1. A socket with no answer under way (_httpMessage, Node's
-      // own mark, set from the moment a request's head is read) has no
-      // request the drain owes anything.
       for (const socket of sockets) if (!(socket as { _httpMessage?: unknown })._httpMessage) socket.destroy();
     }, DRAIN_IDLE_MS).unref();
     return this;

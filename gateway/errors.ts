@@ -5,7 +5,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyBaseLogger } from "fastify";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
-import { ERROR_DOMAIN, type Reason } from "../services/shared/rpc-errors.js";
+import { ERROR_DOMAIN, type Reason, unavailable } from "../services/shared/rpc-errors.js";
 
 export interface HttpError {
   status: number;
@@ -94,10 +94,8 @@ export function httpErrorFromRpc(err: ConnectError): HttpError | undefined {
   }
   const status = (reason && BY_REASON[reason]) || BY_CODE[err.code];
   if (status) return { status, message: err.rawMessage };
-  // The LinkService, or what it depends on (PostgreSQL, the payment processor),
-  // could not be reached or gave up: worth a retry. The contract gives every
-  // such 503 one body; over gRPC, the ErrorInfo reason says which it was.
-  if (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded) return UNAVAILABLE;
+  // The contract gives every such 503 one body; over gRPC, the ErrorInfo reason says which it was.
+  if (unavailable(err)) return UNAVAILABLE;
   return undefined;
 }
 

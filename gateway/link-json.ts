@@ -94,8 +94,12 @@ export const CREATE_LINK: RequestRules = {
 };
 
 /** Two Idempotency-Key headers are refused: joined, they would make a third key that matches neither request. */
+/** Node joins a repeated header into one value, which would be a key nobody sent. */
+export const idempotencyKeyRepeated = (req: FastifyRequest) => headerCount(req, "idempotency-key") > 1;
+export const IDEMPOTENCY_KEY_REPEATED = "Idempotency-Key header must be given once";
+
 export function reportRepeatedIdempotencyKey(req: FastifyRequest, report: Report): void {
-  if (headerCount(req, "idempotency-key") > 1) report(IDEMPOTENCY_KEY, "Idempotency-Key header must be given once");
+  if (idempotencyKeyRepeated(req)) report(IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_REPEATED);
 }
 
 function reportCreateLinkRules(body: unknown, req: FastifyRequest, report: Report): void {

@@ -4,7 +4,7 @@ import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { Static } from "@sinclair/typebox";
 import type { Checkout } from "../../proto/gen/paylink/v1/link_service_pb.js";
 import type { GatewayDeps } from "../deps.js";
-import { headerCount, route } from "../routing.js";
+import { route } from "../routing.js";
 import { type Pay, ROUTE_SCHEMAS } from "../schemas.js";
 import { forwardTrace } from "../trace.js";
 import { answerFor, badRequest, httpErrorOf } from "../errors.js";
@@ -15,6 +15,7 @@ import { sendPage } from "./layout.js";
 import { checkoutPage } from "./page.js";
 import { judge, schemaDisagreement } from "../request-rules.js";
 import { PAY, paymentRequestFromJson, paymentResultToJson } from "./pay-json.js";
+import { IDEMPOTENCY_KEY_REPEATED, idempotencyKeyRepeated } from "../link-json.js";
 import { statusPage } from "./status-page.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
@@ -69,7 +70,7 @@ const pay: FastifyPluginAsync<GatewayDeps> = async (app, { clients: { links }, r
     // What became of the attempt with this key: for a page that lost its
     // answer and, having kept no card to send again, can only ask by the key.
     async GET(req, reply) {
-      if (headerCount(req, "idempotency-key") > 1) throw badRequest("Idempotency-Key header must be given once");
+      if (idempotencyKeyRepeated(req)) throw badRequest(IDEMPOTENCY_KEY_REPEATED);
       const key = req.headers["idempotency-key"];
       if (typeof key !== "string") throw badRequest("Idempotency-Key header is required");
       const res = await links.getCheckout({ linkId: idOf(req), idempotencyKey: key }, { headers: forwardTrace(req) });

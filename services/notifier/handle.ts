@@ -7,7 +7,7 @@
 // published again by the LinkService's reconciliation.
 import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { type Client, Code, ConnectError } from "@connectrpc/connect";
+import type { Client } from "@connectrpc/connect";
 import { headers as natsHeaders, type JetStreamClient, type JsMsg } from "nats";
 import {
   AttemptOutcome,
@@ -18,6 +18,7 @@ import {
 } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import { storableAttemptError } from "../shared/attempt-error.js";
+import { unavailable } from "../shared/rpc-errors.js";
 import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
 import type { Deliverer, Outcome } from "./deliver.js";
@@ -211,9 +212,9 @@ export function createHandler(deps: HandlerDeps) {
   }
 
   function failed(msg: JsMsg, err: unknown): false {
-    const unavailable = err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
-    if (unavailable && !deps.stopping?.()) void awayPass(Promise.reject(err));
-    else logger[deps.stopping?.() ? "warn" : "error"]({ err, seq: msg.seq, ...idsOf(msg) }, "event handling failed; retrying later");
+    const stopping = deps.stopping?.() ?? false;
+    if (unavailable(err) && !stopping) void awayPass(Promise.reject(err));
+    else logger[stopping ? "warn" : "error"]({ err, seq: msg.seq, ...idsOf(msg) }, "event handling failed; retrying later");
     msg.nak(5000);
     return false;
   }

@@ -46,6 +46,14 @@ export const STATUS_VALUES = "status must be one of created, used, expired";
 export const linkNotFound = () => new ConnectError("Link not found", Code.NotFound);
 export const unauthorized = () => new ConnectError("Unauthorized access", Code.PermissionDenied);
 export const paymentNotFound = () => new ConnectError("Payment not found", Code.NotFound);
+
+/**
+ * The callee, or what it depends on (PostgreSQL, the payment processor),
+ * could not be reached or gave up: worth a retry, and a dependency away,
+ * not a bug (for a call that changes state, its outcome unknown).
+ */
+export const unavailable = (err: unknown): boolean =>
+  err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
 export const eventNotFound = () => new ConnectError("Event not found", Code.NotFound);
 export const linkHasNoWebhook = () => withReason("Link has no webhook", Code.FailedPrecondition, "LINK_HAS_NO_WEBHOOK");
 export const linkUsed = () => withReason("Link has already been used", Code.FailedPrecondition, "LINK_USED");

@@ -60,8 +60,8 @@
       if (!res.ok) return;
       return res.json().then(function (result) {
         keepAttempt(null);
-        var target = typeof result.redirect_url === "string" ? result.redirect_url : "";
-        if (/^https?:\/\//i.test(target)) return location.assign(target);
+        var target = redirectOf(result);
+        if (target) return location.assign(target);
         document.title = "Payment complete";
         document.getElementById("outcome-title").textContent = "Payment complete";
         document.getElementById("outcome-message").textContent = "Your payment went through. You can close this page.";
@@ -221,9 +221,15 @@
     return input;
   }
 
-  function succeed(result) {
+  // Where a paid attempt's answer sends the customer: its http(s) redirect_url, or nowhere.
+  function redirectOf(result) {
     var target = typeof result.redirect_url === "string" ? result.redirect_url : "";
-    if (/^https?:\/\//i.test(target)) {
+    return /^https?:\/\//i.test(target) ? target : "";
+  }
+
+  function succeed(result) {
+    var target = redirectOf(result);
+    if (target) {
       // Paid: Pay and the cancel link stay off while the merchant's page loads.
       markBusy(false);
       announce("Payment successful. Taking you back to the merchant\u2026", "success");
