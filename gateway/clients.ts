@@ -37,6 +37,8 @@ const BATCHING = { maxInFlight: 2, overlapFrom: 16, maxBatch: 256 };
 export const RPC_DEADLINE_MS = 1_800;
 const READY_DEADLINE_MS = 1_500;
 
+export type LinksHealth = "serving" | "not serving" | "unreachable";
+
 /** Who a call speaks for: a batch item carries it as fields, a single call as headers. */
 export interface Caller {
   clientId: string;
@@ -87,12 +89,13 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
       request.idempotencyKey === undefined
         ? creates.add({ value: { caller, request }, deadline: due() })
         : links.createLink(request, { headers: callerHeaders(caller) }),
-    async ready(): Promise<boolean> {
+    /** The LinkService's health, as /readyz shows it: NOT_SERVING is its database away. */
+    async health(): Promise<LinksHealth> {
       try {
         const res = await health.check(create(HealthCheckRequestSchema), { timeoutMs: READY_DEADLINE_MS });
-        return res.status === HealthCheckResponse_ServingStatus.SERVING;
+        return res.status === HealthCheckResponse_ServingStatus.SERVING ? "serving" : "not serving";
       } catch {
-        return false;
+        return "unreachable";
       }
     },
   };

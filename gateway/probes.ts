@@ -1,5 +1,6 @@
 // Liveness and readiness for the platform: /healthz while the process runs,
-// /readyz only while the LinkService answers its gRPC health check.
+// /readyz only while the LinkService answers its gRPC health check and the
+// gateway is not draining; its body says which of them is wrong.
 import type { FastifyPluginAsync } from "fastify";
 import type { GatewayDeps } from "./deps.js";
 import { RETRY_AFTER_SECONDS } from "./errors.js";
@@ -12,10 +13,16 @@ export const probes: FastifyPluginAsync<GatewayDeps> = async (app, deps) => {
   route(app, "/healthz", { GET: async () => ({ status: "ok" }) }, { ...probe, schema: ROUTE_SCHEMAS.healthz });
   route(app, "/readyz", {
     async GET(_req, reply) {
-      const ready = await deps.clients.ready();
-      if (ready) return reply.send({ status: "ready" });
+      // A draining copy still answers a balancer's kept-alive connection:
+      // it must hear to send nothing new here.
+      const draining = !app.server.listening;
+      const links = await deps.clients.health();
+      if (links === "serving" && !draining) return reply.send({ status: "ready", links });
       // A dependency down, as the contract's every other 503: worth asking again shortly.
-      return reply.code(503).header("retry-after", RETRY_AFTER_SECONDS).send({ status: "not ready" });
+      return reply
+        .code(503)
+        .header("retry-after", RETRY_AFTER_SECONDS)
+        .send({ status: "not ready", links, ...(draining && { gateway: "draining" }) });
     },
   }, { ...probe, schema: ROUTE_SCHEMAS.readyz });
 };

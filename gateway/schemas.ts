@@ -199,6 +199,16 @@ export const PayResult = Type.Object(
 );
 
 export const Probe = Type.Object({ status: Type.String() }, { additionalProperties: false });
+const Readiness = Type.Object(
+  {
+    status: Type.String(),
+    links: Type.Union([Type.Literal("serving"), Type.Literal("not serving"), Type.Literal("unreachable")], {
+      description: "The LinkService's health check: `not serving` while its database does not answer",
+    }),
+    gateway: Type.Optional(Type.Literal("draining", { description: "Present while this copy drains" })),
+  },
+  { additionalProperties: false },
+);
 
 /** The shared schemas, added once to the app so routes and the document refer to them. */
 export const SHARED_SCHEMAS: TSchema[] = [ErrorBody, Link, Payment, LinkEvent];
@@ -391,7 +401,7 @@ export const ROUTE_SCHEMAS = {
       tags: ["probes"],
       summary: "Ready: the LinkService answers",
       ...open,
-      response: { 200: { ...Probe, description: "Ready" }, ...errors({ 405: "`Method not allowed`" }), 503: { ...Probe, description: "Not ready", headers: RETRY_AFTER } },
+      response: { 200: { ...Readiness, description: "Ready" }, ...errors({ 405: "`Method not allowed`" }), 503: { ...Readiness, description: "Not ready", headers: RETRY_AFTER } },
     },
   },
 } as const;

@@ -207,7 +207,7 @@ describe("health", () => {
   });
 
   it("/readyz: 200 while the LinkService and Postgres answer", async () => {
-    expect(outcome(await api(stack, "GET", "/readyz", { clientId: null }))).toEqual({ status: 200, body: { status: "ready" } });
+    expect(outcome(await api(stack, "GET", "/readyz", { clientId: null }))).toEqual({ status: 200, body: { status: "ready", links: "serving" } });
   });
 });
 
@@ -314,7 +314,7 @@ describe("when the LinkService is down", () => {
     await pair.links.close();
 
     const ready = await api(pair, "GET", "/readyz");
-    expect(outcome(ready)).toEqual({ status: 503, body: { status: "not ready" } });
+    expect(outcome(ready)).toEqual({ status: 503, body: { status: "not ready", links: "unreachable" } });
     expect(ready.headers.get("retry-after")).toBe("1");
     expect(ready.headers.get("x-request-id")).toMatch(UUID);
     expect(outcome(await api(pair, "GET", "/healthz"))).toEqual({ status: 200, body: { status: "ok" } });
@@ -340,7 +340,7 @@ describe("when the LinkService is down", () => {
     const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: "client-id", logger: silent });
     try {
       const res = await api({ gatewayUrl: `http://127.0.0.1:${gateway.port}` }, "GET", "/readyz");
-      expect(outcome(res)).toEqual({ status: 503, body: { status: "not ready" } });
+      expect(outcome(res)).toEqual({ status: 503, body: { status: "not ready", links: "unreachable" } });
     } finally {
       await gateway.close();
     }
@@ -376,7 +376,7 @@ describe("when the LinkService fails inside (its database does not exist)", () =
   });
 
   it("/readyz is 503: the LinkService is up but cannot reach Postgres", async () => {
-    expect(outcome(await api(pair, "GET", "/readyz"))).toEqual({ status: 503, body: { status: "not ready" } });
+    expect(outcome(await api(pair, "GET", "/readyz"))).toEqual({ status: 503, body: { status: "not ready", links: "not serving" } });
   });
 
   it("validation still answers 400: it needs no database", async () => {
@@ -577,6 +577,40 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
       expect(failures).toEqual([]);
     } finally {
       agent.destroy();
+    }
+  });
+
+  // A balancer's health check over a kept-alive connection reaches a draining copy: it must hear to send nothing new.
+  it("/readyz on a draining gateway is 503, naming the drain, though the LinkService serves", async () => {
+    const gateway = await startGateway({ linksUrl: stack.linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: "client-id", logger: silent });
+    const socket = net.connect(gateway.port, "127.0.0.1");
+    const answers: string[] = [];
+    let buffered = "";
+    socket.on("data", (chunk) => {
+      buffered += chunk;
+      // Each answer is one JSON object after its head.
+      for (let end = buffered.indexOf("}"); end >= 0; end = buffered.indexOf("}")) {
+        answers.push(buffered.slice(0, end + 1));
+        buffered = buffered.slice(end + 1);
+      }
+    });
+    const readyz = async () => {
+      const before = answers.length;
+      socket.write("GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+      await waitFor(() => answers.length > before);
+      const [head, body] = answers.at(-1)!.split("\r\n\r\n");
+      return { statusLine: head!.split("\r\n")[0], body: JSON.parse(body!) };
+    };
+    try {
+      expect(await readyz()).toEqual({ statusLine: "HTTP/1.1 200 OK", body: { status: "ready", links: "serving" } });
+      const closed = gateway.close();
+      expect(await readyz()).toEqual({
+        statusLine: "HTTP/1.1 503 Service Unavailable",
+        body: { status: "not ready", links: "serving", gateway: "draining" },
+      });
+      await closed;
+    } finally {
+      socket.destroy();
     }
   });
 
