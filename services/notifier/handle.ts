@@ -22,7 +22,7 @@ import { unavailable } from "../shared/rpc-errors.js";
 import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
 import type { Deliverer, Outcome } from "./deliver.js";
-import { type HostSlots, UNLIMITED } from "./host-slots.js";
+import { type AttemptSlots, UNLIMITED } from "./attempt-slots.js";
 import type { Topology } from "../shared/jetstream.js";
 import type { Metrics } from "./metrics.js";
 import { startSpan } from "../shared/telemetry.js";
@@ -43,8 +43,8 @@ export interface HandlerDeps {
   recordForMs?: number;
   /** Makes the dead-letter stream again if it is gone (an operator deleted it, a NATS restart without its store). */
   ensureDeadLetterStream?: () => Promise<void>;
-  /** Attempts in flight per receiver; none: no limit. */
-  hostSlots?: HostSlots;
+  /** Attempts in flight per receiver and per merchant; none: no limit. */
+  attemptSlots?: AttemptSlots;
   /** True once the notifier drains: what cannot be recorded then is handed back at once, not tried for recordForMs. */
   stopping?: () => boolean;
 }
@@ -82,7 +82,7 @@ export function createHandler(deps: HandlerDeps) {
   const { js, deliverer, deliveries, topology, retrySchedule, metrics, logger } = deps;
   const random = deps.random ?? Math.random;
   const recordForMs = deps.recordForMs ?? 20_000;
-  const hostSlots = deps.hostSlots ?? UNLIMITED;
+  const attemptSlots = deps.attemptSlots ?? UNLIMITED;
   // The LinkService away (or PostgreSQL behind it) fails every waiting event
   // alike, each again every 5 s: one warning for the outage (then one a
   // minute, and an info line when an event is handled again), not an error
@@ -259,7 +259,7 @@ export function createHandler(deps: HandlerDeps) {
       return;
     }
 
-    const slot = hostSlots.take(start.webhookUrl);
+    const slot = attemptSlots.take(start.webhookUrl, event.clientId);
     if (slot === undefined) return putOff(msg, event.id, start.leaseToken, log);
     const attempt = start.attempt;
     const at = new Date();
@@ -272,7 +272,7 @@ export function createHandler(deps: HandlerDeps) {
         paymentId,
         transactionId: start.transactionId || transactionId,
       })
-      .finally(() => hostSlots.give(slot));
+      .finally(() => attemptSlots.give(slot));
     const result = create(RecordAttemptRequestSchema, {
       eventId: event.id,
       leaseToken: start.leaseToken,

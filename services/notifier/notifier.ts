@@ -12,7 +12,7 @@ import { passLog } from "../shared/pass-log.js";
 import { addressPolicy } from "./address-policy.js";
 import { createDeliverer } from "./deliver.js";
 import { createHandler } from "./handle.js";
-import { createHostSlots } from "./host-slots.js";
+import { createAttemptSlots } from "./attempt-slots.js";
 import { serveHealth } from "./health.js";
 import {
   connectForever,
@@ -44,8 +44,8 @@ export interface NotifierOptions {
   topology?: Partial<Topology>;
   /** Attempts in flight at once per copy. */
   concurrency?: number;
-  /** Of those, the most to one receiver (scheme, host and port); the rest are put off. */
-  perHostConcurrency?: number;
+  /** Of those, the most to one receiver (scheme, host and port), and the most for one merchant; the rest are put off. */
+  shareConcurrency?: number;
   deliveryTimeoutMs?: number;
   reconnectWaitMs?: number;
   /**
@@ -69,9 +69,10 @@ export async function startNotifier(opts: NotifierOptions) {
     ...(opts.consumerName ? { consumer: opts.consumerName } : {}),
   };
   const concurrency = opts.concurrency ?? 64;
-  // A quarter of the slots: a receiver that hangs every attempt for the whole
-  // delivery timeout leaves the other three quarters to everyone else.
-  const hostSlots = createHostSlots(opts.perHostConcurrency ?? Math.max(1, Math.floor(concurrency / 4)));
+  // A quarter of the slots each: a receiver, or a merchant, whose endpoints
+  // hang every attempt for the whole delivery timeout leaves the other three
+  // quarters to everyone else.
+  const attemptSlots = createAttemptSlots(opts.shareConcurrency ?? Math.max(1, Math.floor(concurrency / 4)));
   const metrics = createMetrics();
   const deliverer = createDeliverer({ policy: addressPolicy(opts.env), timeoutMs: opts.deliveryTimeoutMs });
   const authorization = opts.internalToken ? { authorization: `Bearer ${opts.internalToken}` } : undefined;
@@ -142,7 +143,7 @@ export async function startNotifier(opts: NotifierOptions) {
       metrics,
       logger,
       ensureDeadLetterStream: async () => ensureDeadLetterStream(await conn.jetstreamManager(), topology),
-      hostSlots,
+      attemptSlots,
       stopping: () => stopping,
     });
     for (;;) {

@@ -55,14 +55,14 @@ export async function startWebhookStack(opts: WebhookStackOptions) {
   const client = createClient(LinkService, transport);
 
   /** Creates a link with the given metadata and pays it by bank transfer. */
-  async function pay(metadata: Record<string, string>) {
+  async function pay(metadata: Record<string, string>, clientId = "client-webhooks") {
     const { link } = await client.createLink(
       {
         type: LinkType.PAYMENT,
         data: { amount: { value: 1000n, currency: "USD" }, description: "Webhook test" },
         metadata,
       },
-      { headers: { "client-id": "client-webhooks" } },
+      { headers: { "client-id": clientId } },
     );
     const paid = await client.completePayment({ linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER });
     return { linkId: paid.linkId, paymentId: paid.paymentId, transactionId: paid.transactionId, answeredAt: performance.now() };
