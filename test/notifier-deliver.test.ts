@@ -17,11 +17,11 @@ afterEach(async () => {
 });
 
 /** A receiver whose every request `answer` handles; `closed` tells when the notifier let go of a connection. */
-async function receiver(answer: (res: http.ServerResponse) => void) {
+async function receiver(answer: (res: http.ServerResponse, req: http.IncomingMessage) => void) {
   const closed: number[] = [];
   const server = http.createServer((req, res) => {
     req.resume();
-    answer(res);
+    answer(res, req);
   });
   server.on("connection", (socket: Socket) => socket.on("close", () => closed.push(performance.now())));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -175,6 +175,25 @@ describe("a failed answer's text", () => {
     });
     const outcome = await deliverer().deliver(withKey(r.url));
     expect(outcome).toMatchObject({ kind: "failed", status: 500, error: 'HTTP 500: {"headers":{"api-key":"[api_key]"}}' });
+  });
+
+  it("hides the webhook URL's password, its Basic Authorization header and its long query values when the receiver echoes them", async () => {
+    const sent: (string | undefined)[] = [];
+    const r = await receiver((res, req) => {
+      sent.push(req.headers.authorization);
+      res.writeHead(401);
+      res.end(`bad credentials: ${req.headers.authorization} for ${req.url} ${JSON.stringify({ url: req.url })}`);
+    });
+    const { port } = new URL(r.url);
+    const url = `http://shop:p%40ss-w0rd@127.0.0.1:${port}/hook?v=2&token=QUERY%2FSECRET`;
+    const outcome = await deliverer().deliver(withKey(url));
+    expect(outcome).toMatchObject({
+      kind: "failed",
+      status: 401,
+      error: 'HTTP 401: bad credentials: Basic [credentials] for /hook?v=2&token=[query value] {"url":"/hook?v=2&token=[query value]"}',
+    });
+    // The receiver got them all the same: only our copy of its answer hides them.
+    expect(sent).toEqual([`Basic ${Buffer.from("shop:p@ss-w0rd").toString("base64")}`]);
   });
 });
 

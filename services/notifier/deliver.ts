@@ -101,10 +101,10 @@ export function createDeliverer(opts: DelivererOptions) {
       headers["Api-Key"] = hook.apiKey;
       headers["Webhook-Signature"] = sign(hook.apiKey, hook.id, timestamp, body);
     }
-    return post(url, headers, body, hook.apiKey);
+    return post(url, headers, body, secretsOf(hook.apiKey, url));
   }
 
-  function post(url: URL, headers: Record<string, string>, body: string, apiKey: string): Promise<Outcome> {
+  function post(url: URL, headers: Record<string, string>, body: string, secrets: Secret[]): Promise<Outcome> {
     const protocol = url.protocol as "http:" | "https:";
     const client = protocol === "https:" ? https : http;
     return new Promise<Outcome>((resolve) => {
@@ -134,12 +134,11 @@ export function createDeliverer(opts: DelivererOptions) {
           res.on("data", (chunk: Buffer) => drain(chunk.length));
           return;
         }
-        // Read past the snippet by the key's longest spelling, so that a key
-        // the receiver echoes across the cut is hidden whole (withoutKey).
-        const spellings = spellingsOf(apiKey);
-        const room = ERROR_SNIPPET + (spellings.at(-1)?.length ?? 0);
+        // Read past the snippet by the longest secret, so that one the
+        // receiver echoes across the cut is hidden whole (withoutSecrets).
+        const room = ERROR_SNIPPET + (secrets[0]?.spelling.length ?? 0);
         let text = "";
-        const answer = () => classify(status, withoutKey(text, spellings).slice(0, ERROR_SNIPPET));
+        const answer = () => classify(status, withoutSecrets(text, secrets).slice(0, ERROR_SNIPPET));
         answered = answer;
         res.setEncoding("utf8");
         res.on("data", (chunk: string) => {
@@ -187,19 +186,56 @@ export function createDeliverer(opts: DelivererOptions) {
   };
 }
 
-/**
- * How the link's api_key may appear in an answer's text, shortest first: as
- * sent, and inside a JSON string (printable ASCII, so only `"` and `\` change,
- * each to two characters). None without a key.
- */
-const spellingsOf = (apiKey: string): string[] => (apiKey ? [...new Set([apiKey, JSON.stringify(apiKey).slice(1, -1)])] : []);
+interface Secret {
+  spelling: string;
+  shownAs: string;
+}
+
+/** Shorter query values (`v=2`) are taken for settings, not secrets: hiding them would garble the text. */
+const QUERY_SECRET_MIN = 8;
 
 /**
- * A failed answer's text without the key. Receivers echo what they were sent
- * ("invalid api key: ...", a dump of the request's headers), and the text is
- * logged, stored with the attempt and shown in the link's events.
+ * What a receiver must not get back into our logs and the link's events by
+ * echoing its request ("invalid api key: ...", a dump of the headers, the URL
+ * it was called at): the link's api_key, and the webhook URL's password (as
+ * written, decoded, and inside the Basic Authorization header Node sends for
+ * it) and query values, each also as a JSON string spells it. Longest first,
+ * so that a secret holding another is hidden whole.
  */
-const withoutKey = (text: string, spellings: string[]) => spellings.reduce((hidden, key) => hidden.replaceAll(key, "[api_key]"), text);
+function secretsOf(apiKey: string, url: URL): Secret[] {
+  const found = new Map<string, string>();
+  const add = (value: string, shownAs: string) => {
+    if (!value || found.has(value)) return;
+    found.set(value, shownAs);
+    found.set(JSON.stringify(value).slice(1, -1), shownAs);
+  };
+  add(apiKey, "[api_key]");
+  if (url.password) {
+    const user = decoded(url.username);
+    const password = decoded(url.password);
+    add(Buffer.from(`${user}:${password}`).toString("base64"), "[credentials]");
+    add(url.password, "[password]");
+    add(password, "[password]");
+  }
+  for (const [, value] of url.searchParams) if (value.length >= QUERY_SECRET_MIN) add(value, "[query value]");
+  for (const raw of url.search.slice(1).split("&")) {
+    const value = raw.slice(raw.indexOf("=") + 1);
+    if (raw.includes("=") && value.length >= QUERY_SECRET_MIN) add(value, "[query value]");
+  }
+  return [...found].map(([spelling, shownAs]) => ({ spelling, shownAs })).sort((a, b) => b.spelling.length - a.spelling.length);
+}
+
+const decoded = (text: string) => {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+};
+
+/** A failed answer's text without the secrets: it is logged, stored with the attempt and shown in the link's events. */
+const withoutSecrets = (text: string, secrets: Secret[]) =>
+  secrets.reduce((hidden, { spelling, shownAs }) => hidden.replaceAll(spelling, shownAs), text);
 
 function classify(status: number, snippet: string): Outcome {
   if (status >= 200 && status < 300) return { kind: "delivered", status };
