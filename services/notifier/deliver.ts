@@ -101,10 +101,10 @@ export function createDeliverer(opts: DelivererOptions) {
       headers["Api-Key"] = hook.apiKey;
       headers["Webhook-Signature"] = sign(hook.apiKey, hook.id, timestamp, body);
     }
-    return post(url, headers, body, secretsOf(hook.apiKey, url));
+    return post(url, headers, body, hook.apiKey);
   }
 
-  function post(url: URL, headers: Record<string, string>, body: string, secrets: Secret[]): Promise<Outcome> {
+  function post(url: URL, headers: Record<string, string>, body: string, apiKey: string): Promise<Outcome> {
     const protocol = url.protocol as "http:" | "https:";
     const client = protocol === "https:" ? https : http;
     return new Promise<Outcome>((resolve) => {
@@ -136,6 +136,7 @@ export function createDeliverer(opts: DelivererOptions) {
         }
         // Read past the snippet by the longest secret, so that one the
         // receiver echoes across the cut is hidden whole (withoutSecrets).
+        const secrets = secretsOf(apiKey, url);
         const room = ERROR_SNIPPET + (secrets[0]?.spelling.length ?? 0);
         let text = "";
         const answer = () => classify(status, withoutSecrets(text, secrets).slice(0, ERROR_SNIPPET));
