@@ -138,7 +138,9 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     if (!app.supportedMethods.includes(method)) app.addHttpMethod(method, { hasBody: true });
   }
   app.addHook("onRequest", async (req, reply) => {
-    reply.header("x-request-id", req.id);
+    // nosniff on every answer: error bodies repeat what the caller sent
+    // (`Unknown field data.<img …>`), and links hold merchants' text.
+    reply.header("x-request-id", req.id).header("x-content-type-options", "nosniff");
     const key = req.headers["idempotency-key"];
     if (typeof key === "string") req.headers["idempotency-key"] = headerText(key);
     // RFC 9112 §3.2: a server must refuse an HTTP/1.1 request that names no

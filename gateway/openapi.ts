@@ -56,7 +56,17 @@ export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
   app.addHook("onRoute", (r) => {
     if (r.url.startsWith("/docs") && [r.method].flat().some((m) => m === "GET" || m === "HEAD")) docsPaths.add(r.url);
   });
-  app.register(swaggerUi, { routePrefix: "/docs", logLevel: "warn" });
+  app.register(swaggerUi, {
+    routePrefix: "/docs",
+    logLevel: "warn",
+    // Its own scripts only, no framing (as the checkout's pages), nothing
+    // from elsewhere. Inline styles are allowed: Swagger UI injects one at
+    // run time, and a style runs no code; the plugin's own policy refused
+    // it (test/browser.test.ts renders the page).
+    staticCSP:
+      "default-src 'self'; base-uri 'self'; object-src 'none'; frame-ancestors 'none'; form-action 'self'; " +
+      "script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:",
+  });
   app.after(() => {
     for (const url of docsPaths) refuseOtherMethods(app, url, ["GET"], "warn");
   });

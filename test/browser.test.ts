@@ -703,3 +703,19 @@ it("marks the card number invalid after a decline and names the decline in its e
   expect(problems).toEqual([]);
   await close();
 });
+
+it("renders the API docs page under its Content-Security-Policy, with nothing refused and nothing fetched elsewhere", async () => {
+  const { page, problems, hosts, close } = await newPage();
+  const res = await page.goto(`${stack.gatewayUrl}/docs/`);
+  const policy = res!.headers()["content-security-policy"]!;
+  expect(policy).toContain("frame-ancestors 'none'");
+  expect(policy).toMatch(/script-src 'self' ?;/);
+  // The operations, read from /openapi.json by the page's own script.
+  await expect.poll(() => page.locator(".opblock").count(), { timeout: 10_000 }).toBeGreaterThan(5);
+  await page.locator(".opblock-summary").first().click();
+  await expect.poll(() => page.locator(".opblock-body").count()).toBeGreaterThan(0);
+  await page.screenshot({ path: `${ARTIFACTS}/docs.png`, fullPage: false });
+  expect(problems).toEqual([]);
+  expect([...hosts]).toEqual([new URL(stack.gatewayUrl).host]);
+  await close();
+});

@@ -175,7 +175,7 @@ describe("every answer", () => {
     ["readyz", () => api(stack, "GET", "/readyz"), 200],
   ];
 
-  it.each(answers)("%s carries a fresh X-Request-Id and is JSON", async (_name, call, status) => {
+  it.each(answers)("%s carries a fresh X-Request-Id and nosniff, and is JSON", async (_name, call, status) => {
     const a = await call();
     const b = await call();
     expect(a.status, a.text).toBe(status);
@@ -183,6 +183,8 @@ describe("every answer", () => {
     expect(a.body).toBeTypeOf("object");
     expect(a.headers.get("x-request-id")).toMatch(UUID);
     expect(b.headers.get("x-request-id")).not.toBe(a.headers.get("x-request-id"));
+    // An error body repeats what the caller sent; no browser may read it as anything but JSON.
+    expect(a.headers.get("x-content-type-options")).toBe("nosniff");
   });
 
   it.each([
