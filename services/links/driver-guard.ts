@@ -5,6 +5,8 @@
 // crashes under load. By then closed() has already failed the connection's
 // queries with CONNECTION_CLOSED, so this one error is logged and survived;
 // every other uncaught error still ends the process, as Node's default does.
+// patches/postgres+3.4.9.patch now guards that write itself; this stays for a
+// driver installed without the patch.
 import type { Logger } from "../shared/logger.js";
 
 /** Judged by its message and stack only, so that it also knows the error as a test runner passes it on, serialized. */
