@@ -252,11 +252,22 @@ function watchLiveness(session: http2.ClientHttp2Session) {
     const stalled = now - lastTick - PING_EVERY_MS;
     if (stalled > PING_EVERY_MS) lastAnswer += stalled;
     lastTick = now;
+    // A session the LinkService sent away (GOAWAY: it drains) or that this
+    // side retired takes no pings, yet its open calls are still being
+    // finished: its silence is no sign of a hang. Cut them there and a pay
+    // slower than LIVENESS_MS, under way in a rolling deploy, answered 503 and
+    // then committed (a fault review saw it). A LinkService that dies
+    // meanwhile closes the socket, which ends them; one frozen meanwhile
+    // leaves them to their deadline.
+    if (session.closed || session.destroyed) {
+      lastAnswer = now;
+      return;
+    }
     if (now - lastAnswer > LIVENESS_MS) {
       for (const onUnresponsive of [...watchers]) onUnresponsive();
       return;
     }
-    if (pinging || session.destroyed) return;
+    if (pinging) return;
     pinging = true;
     // A ping cancelled (the session still connecting, or closing) is no answer.
     session.ping((err) => {

@@ -342,6 +342,31 @@ describe("a hold the LinkService was killed holding", () => {
     expect(await holdsOf()).toEqual([]);
   });
 
+  // The gateway watches long calls with pings; a draining LinkService's session takes none, and its
+  // silence had cut the pay at 1.25 s with a 503 while the LinkService went on to commit it.
+  it("a LinkService told to stop (SIGTERM) while a pay waits finishes it: the customer gets its 200, not a 503", async () => {
+    const created = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    const held = await holdLinkRow(id);
+    let paying: ReturnType<typeof pay> | undefined;
+    try {
+      paying = pay(services.gatewayUrl, id, { payment_method: "card", card: CARD }, randomUUID());
+      await paysWaiting(1);
+      services.links.signal("SIGTERM");
+      // Past the gateway's 1.25 s of silence, well inside the drain's 15 s.
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+    } finally {
+      await held.release();
+    }
+    const answer = await paying;
+    expect({ status: answer.status, body: answer.text }).toMatchObject({ status: 200 });
+    const [payment] = await sql<{ id: string }[]>`select id from payments where link_id = ${id}`;
+    expect(JSON.parse(answer.text).payment_id).toBe(payment!.id);
+    await services.links.exited;
+    await services.startLinks();
+  });
+
   it("five attempts its kill -9 cut short give their places back once 25 s have passed: a good card then pays, not 429", async () => {
     const created = await api({ gatewayUrl: services.gatewayUrl }, "POST", "/v1/links", { body: validLink() });
     expect(created.status).toBe(201);
