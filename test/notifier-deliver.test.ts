@@ -177,6 +177,15 @@ describe("a failed answer's text", () => {
     expect(outcome).toMatchObject({ kind: "failed", status: 500, error: 'HTTP 500: {"headers":{"api-key":"[api_key]"}}' });
   });
 
+  it("hides a short api_key only where it stands alone, not inside a word", async () => {
+    const r = await receiver((res) => {
+      res.writeHead(500);
+      res.end('flaky: {"api-key":"k"} k.');
+    });
+    const outcome = await deliverer().deliver({ ...hook(r.url), apiKey: "k" });
+    expect(outcome).toMatchObject({ kind: "failed", status: 500, error: 'HTTP 500: flaky: {"api-key":"[api_key]"} [api_key].' });
+  });
+
   it("hides the webhook URL's password, its Basic Authorization header and its long query values when the receiver echoes them", async () => {
     const sent: (string | undefined)[] = [];
     const r = await receiver((res, req) => {

@@ -192,8 +192,12 @@ interface Secret {
   shownAs: string;
 }
 
-/** Shorter query values (`v=2`) are taken for settings, not secrets: hiding them would garble the text. */
-const QUERY_SECRET_MIN = 8;
+/**
+ * Shorter query values (`v=2`) are taken for settings, not secrets; and a
+ * shorter api_key or password is hidden only where it stands alone, not
+ * inside a word (an api_key `k` had made `flaky` into `fla[api_key]y`).
+ */
+const SECRET_MIN = 8;
 
 /**
  * What a receiver must not get back into our logs and the link's events by
@@ -218,10 +222,10 @@ function secretsOf(apiKey: string, url: URL): Secret[] {
     add(url.password, "[password]");
     add(password, "[password]");
   }
-  for (const [, value] of url.searchParams) if (value.length >= QUERY_SECRET_MIN) add(value, "[query value]");
+  for (const [, value] of url.searchParams) if (value.length >= SECRET_MIN) add(value, "[query value]");
   for (const raw of url.search.slice(1).split("&")) {
     const value = raw.slice(raw.indexOf("=") + 1);
-    if (raw.includes("=") && value.length >= QUERY_SECRET_MIN) add(value, "[query value]");
+    if (raw.includes("=") && value.length >= SECRET_MIN) add(value, "[query value]");
   }
   return [...found].map(([spelling, shownAs]) => ({ spelling, shownAs })).sort((a, b) => b.spelling.length - a.spelling.length);
 }
@@ -236,7 +240,15 @@ const decoded = (text: string) => {
 
 /** A failed answer's text without the secrets: it is logged, stored with the attempt and shown in the link's events. */
 const withoutSecrets = (text: string, secrets: Secret[]) =>
-  secrets.reduce((hidden, { spelling, shownAs }) => hidden.replaceAll(spelling, shownAs), text);
+  secrets.reduce(
+    (hidden, { spelling, shownAs }) =>
+      spelling.length >= SECRET_MIN
+        ? hidden.replaceAll(spelling, shownAs)
+        : hidden.replace(new RegExp(`(?<![\\p{L}\\p{N}_-])${escapeRegExp(spelling)}(?![\\p{L}\\p{N}_-])`, "gu"), shownAs),
+    text,
+  );
+
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 
 function classify(status: number, snippet: string): Outcome {
   if (status >= 200 && status < 300) return { kind: "delivered", status };
