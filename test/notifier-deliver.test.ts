@@ -204,6 +204,16 @@ describe("a failed answer's text", () => {
     // The receiver got them all the same: only our copy of its answer hides them.
     expect(sent).toEqual([`Basic ${Buffer.from("shop:p@ss-w0rd").toString("base64")}`]);
   });
+
+  it("hides the Basic Authorization header of a URL that names a user alone (a token in the userinfo)", async () => {
+    const r = await receiver((res, req) => {
+      res.writeHead(403);
+      res.end(`no access for ${req.headers.authorization}`);
+    });
+    const { port } = new URL(r.url);
+    const outcome = await deliverer().deliver(hook(`http://tok3n@127.0.0.1:${port}/hook`));
+    expect(outcome).toMatchObject({ kind: "failed", status: 403, error: "HTTP 403: no access for Basic [credentials]" });
+  });
 });
 
 describe("a request that gets no answer", () => {

@@ -12,8 +12,8 @@ export function createAttemptSlots(perShare: number) {
     /**
      * Takes a slot of `url`'s receiver and one of the merchant's, and answers
      * their keys for give(); undefined, taking neither, when either has
-     * `perShare` running already. Events without a client id (none are
-     * published so now) share the receiver's bound only.
+     * `perShare` running already. An event without a client id (every one
+     * published now has one) is bound by its receiver only.
      */
     take(url: string, clientId: string): string[] | undefined {
       const keys = clientId ? [`receiver ${receiverOf(url)}`, `client ${clientId}`] : [`receiver ${receiverOf(url)}`];

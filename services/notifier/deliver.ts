@@ -204,8 +204,8 @@ const SECRET_MIN = 8;
  * echoing its request ("invalid api key: ...", a dump of the headers, the URL
  * it was called at): the link's api_key, and the webhook URL's password (as
  * written, decoded, and inside the Basic Authorization header Node sends for
- * it) and query values, each also as a JSON string spells it. Longest first,
- * so that a secret holding another is hidden whole.
+ * it, or for a user alone) and query values, each also as a JSON string
+ * spells it. Longest first, so that a secret holding another is hidden whole.
  */
 function secretsOf(apiKey: string, url: URL): Secret[] {
   const found = new Map<string, string>();
@@ -215,12 +215,14 @@ function secretsOf(apiKey: string, url: URL): Secret[] {
     found.set(JSON.stringify(value).slice(1, -1), shownAs);
   };
   add(apiKey, "[api_key]");
-  if (url.password) {
-    const user = decoded(url.username);
-    const password = decoded(url.password);
-    add(Buffer.from(`${user}:${password}`).toString("base64"), "[credentials]");
-    add(url.password, "[password]");
-    add(password, "[password]");
+  if (url.username || url.password) {
+    // As Node sends them: `user:password` decoded, `token:` for a URL that
+    // names a user only (https://token@host, a secret of its own).
+    add(Buffer.from(`${decoded(url.username)}:${decoded(url.password)}`).toString("base64"), "[credentials]");
+    if (url.password) {
+      add(url.password, "[password]");
+      add(decoded(url.password), "[password]");
+    }
   }
   for (const [, value] of url.searchParams) if (value.length >= SECRET_MIN) add(value, "[query value]");
   for (const raw of url.search.slice(1).split("&")) {
