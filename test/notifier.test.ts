@@ -220,61 +220,56 @@ describe("answers and retries", () => {
   });
 });
 
+/** Receivers that read each request and never answer, so each attempt lasts the whole delivery timeout. */
+async function hangingReceivers(n: number) {
+  const seen = { open: 0, most: 0 };
+  const urls: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const server = http.createServer((req) => {
+      seen.most = Math.max(seen.most, ++seen.open);
+      req.resume();
+      req.socket.once("close", () => seen.open--);
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+    urls.push(`http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`);
+  }
+  return { urls, seen };
+}
+
 describe("a receiver that hangs", () => {
   it("takes only its share of the attempt slots: another merchant's webhook is delivered meanwhile, and the put-off ones later", async () => {
     const { receiver, webhooks, notifier: startOne } = await startDeliveryStack(env, cleanups, { retrySchedule: SCHEDULE });
-    // Reads each request and never answers, so each attempt lasts the whole delivery timeout.
-    let open = 0;
-    let most = 0;
-    const hanging = http.createServer((req) => {
-      most = Math.max(most, ++open);
-      req.resume();
-      req.socket.once("close", () => open--);
-    });
-    await new Promise<void>((r) => hanging.listen(0, "127.0.0.1", r));
-    cleanups.push(() => new Promise<void>((r) => { hanging.closeAllConnections(); hanging.close(() => r()); }));
-    const hangingUrl = `http://127.0.0.1:${(hanging.address() as AddressInfo).port}/hook`;
+    const { urls: [hangingUrl], seen } = await hangingReceivers(1);
     // 4 slots, so 1 per receiver; the hanging receiver's attempts end after 4 s.
     const own = await startOne({ concurrency: 4, deliveryTimeoutMs: 4_000 });
-    for (let i = 0; i < 6; i++) await webhooks.pay({ webhook: hangingUrl });
-    await waitFor(() => open > 0);
+    for (let i = 0; i < 6; i++) await webhooks.pay({ webhook: hangingUrl! });
+    await waitFor(() => seen.open > 0);
     await new Promise((r) => setTimeout(r, 300)); // the other five are handed out meanwhile
     const paid = await webhooks.pay({ webhook: receiver.url }, "client-other");
     await waitFor(() => receiver.byLink(paid.linkId).length === 1);
     // Delivered while the first hanging attempt still waits for its answer.
     expect(own.metrics.counts.failed_attempt).toBe(0);
-    expect(most).toBe(1);
+    expect(seen.most).toBe(1);
     expect(own.metrics.counts.deferred).toBeGreaterThan(0);
     // The put-off events were not dropped and spent no attempt: each gets its first one in turn.
     await waitFor(() => own.metrics.counts.failed_attempt >= 2, 15_000);
-    expect(most).toBe(1);
+    expect(seen.most).toBe(1);
   }, 30_000);
 
   it("one merchant's hanging webhooks on four receivers take only its share of the slots: another merchant's is delivered meanwhile", async () => {
     const { receiver, webhooks, notifier: startOne } = await startDeliveryStack(env, cleanups, { retrySchedule: SCHEDULE });
-    let open = 0;
-    let most = 0;
-    const hangingUrls: string[] = [];
-    for (let i = 0; i < 4; i++) {
-      const hanging = http.createServer((req) => {
-        most = Math.max(most, ++open);
-        req.resume();
-        req.socket.once("close", () => open--);
-      });
-      await new Promise<void>((r) => hanging.listen(0, "127.0.0.1", r));
-      cleanups.push(() => new Promise<void>((r) => { hanging.closeAllConnections(); hanging.close(() => r()); }));
-      hangingUrls.push(`http://127.0.0.1:${(hanging.address() as AddressInfo).port}/hook`);
-    }
+    const { urls: hangingUrls, seen } = await hangingReceivers(4);
     // 4 slots, so 1 per receiver and 1 per merchant; each hanging attempt lasts 4 s.
     const own = await startOne({ concurrency: 4, deliveryTimeoutMs: 4_000 });
     for (const url of [...hangingUrls, ...hangingUrls]) await webhooks.pay({ webhook: url }, "client-hanging");
-    await waitFor(() => open > 0);
+    await waitFor(() => seen.open > 0);
     await new Promise((r) => setTimeout(r, 300)); // the others are handed out meanwhile
     const paid = await webhooks.pay({ webhook: receiver.url }, "client-other");
     await waitFor(() => receiver.byLink(paid.linkId).length === 1);
     // Per receiver alone, the four hanging receivers had held all four slots, and this webhook waited behind them.
     expect(own.metrics.counts.failed_attempt).toBe(0);
-    expect(most).toBe(1);
+    expect(seen.most).toBe(1);
     expect(own.metrics.counts.deferred).toBeGreaterThan(0);
   }, 30_000);
 });
@@ -291,19 +286,11 @@ describe("health", () => {
 
   it("stays ready while every slot waits on a receiver that never answers, and after the slots free", async () => {
     const { webhooks, notifier: startOne } = await startDeliveryStack(env, cleanups, { retrySchedule: SCHEDULE });
-    let open = 0;
-    const hanging = http.createServer((req) => {
-      open++;
-      req.resume();
-      req.socket.once("close", () => open--);
-    });
-    await new Promise<void>((r) => hanging.listen(0, "127.0.0.1", r));
-    cleanups.push(() => new Promise<void>((r) => { hanging.closeAllConnections(); hanging.close(() => r()); }));
-    const hangingUrl = `http://127.0.0.1:${(hanging.address() as AddressInfo).port}/hook`;
+    const { urls: [hangingUrl], seen } = await hangingReceivers(1);
     // The shortest pulls NATS takes make the stall window 4 s; each attempt hangs for 6 s, longer than it.
     const own = await startOne({ concurrency: 2, shareConcurrency: 2, deliveryTimeoutMs: 6_000, pullExpiresMs: 1_000 });
-    for (let i = 0; i < 4; i++) await webhooks.pay({ webhook: hangingUrl });
-    await waitFor(() => open === 2);
+    for (let i = 0; i < 4; i++) await webhooks.pay({ webhook: hangingUrl! });
+    await waitFor(() => seen.open === 2);
     const base = `http://127.0.0.1:${own.port}`;
     const answers: number[] = [];
     // Through the first attempts' whole timeout, the slots' freeing and the next pulls.
