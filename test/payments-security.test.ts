@@ -87,9 +87,11 @@ describe("card data", () => {
       }
     }
     const cvcToken = new RegExp(`(?<![0-9a-fA-F])(${CVC}|${Buffer.from(CVC).toString("hex")})(?![0-9a-fA-F])`);
+    // A UUID's 4-digit groups are no card data: an id made in that run had -7351- in it (1 in 4,096 for each id).
+    const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
     for (const [name, text] of Object.entries(haystacks)) {
-      const found = cvcToken.exec(text);
-      expect(found?.[0], `CVC found in ${name}: ${found ? text.slice(found.index - 120, found.index + 40) : ""}`).toBeUndefined();
+      const found = cvcToken.exec(text.replace(UUID, "<uuid>"));
+      expect(found?.[0], `CVC found in ${name}: ${found ? found.input.slice(found.index - 120, found.index + 40) : ""}`).toBeUndefined();
       expect(text, `a "cvc" field in ${name}`).not.toMatch(/"cvc"/i);
     }
   });
