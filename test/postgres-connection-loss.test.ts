@@ -29,10 +29,15 @@ afterAll(async () => {
 });
 
 const name = () => new URL(database.url).pathname.slice(1);
+const NEVER = Symbol("never settled");
+/** The operation's outcome, or NEVER once `ms` pass: a query that never settles is a failure to name, not a hung test. */
+const within = <T>(operation: Promise<T>, ms: number) =>
+  Promise.race([operation, new Promise<typeof NEVER>((resolve) => setTimeout(resolve, ms, NEVER).unref())]);
 
 it("a storm of cut connections leaves every connection working, every answer its own query's, and no transaction half-done", { timeout: 60_000 }, async () => {
   const sql = pool.client;
   const mismatches: string[] = [];
+  const stuck: string[] = [];
   const committed: number[] = [];
   let failures = 0;
   let stop = false;
@@ -42,15 +47,20 @@ it("a storm of cut connections leaves every connection working, every answer its
       try {
         if (i % 2) {
           const n = w * 1_000_000 + i;
-          const rows = await sql`select ${n}::int as n`;
+          const rows = await within(sql`select ${n}::int as n`, 10_000);
+          if (rows === NEVER) return void stuck.push(`select ${n}`);
           if (rows.length !== 1 || rows[0]!.n !== n) mismatches.push(`select ${n} answered ${JSON.stringify([...rows])}`);
         } else {
           const k = ++key;
-          await sql.begin(async (tx) => {
-            await tx`insert into pairs values (${k}, 1)`;
-            await tx`select pg_sleep(0.003)`;
-            await tx`insert into pairs values (${k}, 2)`;
-          });
+          const done = await within(
+            sql.begin(async (tx) => {
+              await tx`insert into pairs values (${k}, 1)`;
+              await tx`select pg_sleep(0.003)`;
+              await tx`insert into pairs values (${k}, 2)`;
+            }),
+            10_000,
+          );
+          if (done === NEVER) return void stuck.push(`transaction ${k}`);
           committed.push(k);
         }
       } catch {
@@ -66,14 +76,15 @@ it("a storm of cut connections leaves every connection working, every answer its
   }
   stop = true;
   await Promise.all(workers);
+  expect(stuck).toEqual([]);
   expect(failures).toBeGreaterThan(0); // the storm did cut work under way
 
   // The driver reconnects within its 0.5 s backoff; then every connection must answer, at once and rightly.
   await new Promise((r) => setTimeout(r, 1_000));
   for (let round = 0; round < 3; round++) {
     const started = performance.now();
-    const answers = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => sql`select ${i}::int as n`));
-    const wrong = answers.flatMap((a, i) => (a.status === "fulfilled" && a.value[0]?.n === i ? [] : [a.status === "rejected" ? String(a.reason) : JSON.stringify(a.value)]));
+    const answers = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => within(sql`select ${i}::int as n`, 5_000)));
+    const wrong = answers.flatMap((a, i) => (a.status === "fulfilled" && a.value !== NEVER && a.value[0]?.n === i ? [] : [a.status === "rejected" ? String(a.reason) : a.value === NEVER ? "never settled" : JSON.stringify(a.value)]));
     expect(wrong, `round ${round}`).toEqual([]);
     expect(performance.now() - started, `round ${round}`).toBeLessThan(1_500);
   }
