@@ -224,10 +224,12 @@ function secretsOf(apiKey: string, url: URL): Secret[] {
       add(decoded(url.password), "[password]");
     }
   }
-  for (const [, value] of url.searchParams) if (value.length >= SECRET_MIN) add(value, "[query value]");
-  for (const raw of url.search.slice(1).split("&")) {
-    const value = raw.slice(raw.indexOf("=") + 1);
-    if (raw.includes("=") && value.length >= SECRET_MIN) add(value, "[query value]");
+  // Each value as written and as decoded (a form's `+` is a space).
+  for (const pair of url.search.slice(1).split("&")) {
+    const value = pair.slice(pair.indexOf("=") + 1);
+    if (!pair.includes("=") || value.length < SECRET_MIN) continue;
+    add(value, "[query value]");
+    add(decoded(value.replaceAll("+", " ")), "[query value]");
   }
   return [...found].map(([spelling, shownAs]) => ({ spelling, shownAs })).sort((a, b) => b.spelling.length - a.spelling.length);
 }
