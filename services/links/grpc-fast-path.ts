@@ -37,7 +37,10 @@ interface Route {
 
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 
-export function createGrpcFastPath(options: FastPathOptions): Handler {
+/** The handler, and whether it serves a request itself (false: connect's handler will). */
+export type FastPath = Handler & { takes(req: Http2ServerRequest): boolean };
+
+export function createGrpcFastPath(options: FastPathOptions): FastPath {
   const routes = new Map<string, Route>();
   for (const { service, impl } of options.services) {
     for (const method of service.methods) {
@@ -47,19 +50,22 @@ export function createGrpcFastPath(options: FastPathOptions): Handler {
     }
   }
 
-  return (req, res) => {
+  const routeOf = (req: Http2ServerRequest) => {
     const route = routes.get(req.url);
     const encoding = req.headers["grpc-encoding"];
-    if (
-      !route ||
-      req.method !== "POST" ||
-      !CONTENT_TYPES.has(req.headers["content-type"] ?? "") ||
-      (encoding !== undefined && encoding !== "identity")
-    ) {
-      return options.fallback(req, res);
-    }
+    return route &&
+      req.method === "POST" &&
+      CONTENT_TYPES.has(req.headers["content-type"] ?? "") &&
+      (encoding === undefined || encoding === "identity")
+      ? route
+      : undefined;
+  };
+  const handle: Handler = (req, res) => {
+    const route = routeOf(req);
+    if (!route) return options.fallback(req, res);
     serve(route, req, res, options);
   };
+  return Object.assign(handle, { takes: (req: Http2ServerRequest) => routeOf(req) !== undefined });
 }
 
 function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, options: FastPathOptions) {

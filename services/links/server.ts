@@ -30,7 +30,7 @@ import { internalAuth } from "./internal-auth.js";
 import { serviceRegistrar } from "./json-codec.js";
 import { retireSessionsThatStrandWrites } from "./stranded-writes.js";
 import { pingIdleSessions, SESSION_IDLE_MS } from "./idle-sessions.js";
-import { boundOpenCalls, MAX_OPEN_CALLS } from "./open-calls.js";
+import { boundOpenCalls, MAX_ADAPTER_CALLS, MAX_OPEN_CALLS } from "./open-calls.js";
 import { createReflection } from "./reflection.js";
 import { DEADLINE_GRACE_MS, settleDeadlines } from "./deadlines.js";
 import { createLinksMetrics, type LinksMetrics, recordOutcome, withOutcomeSlot } from "./metrics.js";
@@ -75,6 +75,8 @@ export interface LinksServerOptions {
   sessionIdleMs?: number;
   /** Calls open at once, over every session, past which a new one is answered 503; default MAX_OPEN_CALLS (open-calls.ts). */
   maxOpenCalls?: number;
+  /** The same for calls connect's adapter serves, counted in maxOpenCalls too; default MAX_ADAPTER_CALLS. */
+  maxAdapterCalls?: number;
 }
 
 // Within the 15 s a drain may take (run-main.ts), past any call but a pay's:
@@ -128,7 +130,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
   // Unary batch calls leave their items' results for measure(); the stream counts its calls itself.
   const unary = metrics.countBatchItems(service);
   const served = [LinkService, AdminService, DeliveryService, LinkBatchService, Health, ReflectionV1, ReflectionV1Alpha];
-  const handler = metrics.measure(createGrpcFastPath({
+  const fastPath = createGrpcFastPath({
     services: [{ service: LinkService, impl: unary }],
     // The fast path runs no interceptors: it asks the same authentication.
     contextValues: (req) => withOutcomeSlot(req, requestContextValues(req)),
@@ -166,8 +168,9 @@ export async function startLinksServer(opts: LinksServerOptions) {
     }),
     readMaxBytes: MAX_MESSAGE_BYTES,
     toRpcError: (err, procedure) => toRpcError(err, logger, procedure),
-  }), served);
-  const admit = boundOpenCalls(opts.maxOpenCalls ?? MAX_OPEN_CALLS, logger);
+  });
+  const handler = metrics.measure(fastPath, served);
+  const admit = boundOpenCalls({ max: opts.maxOpenCalls ?? MAX_OPEN_CALLS, maxAdapter: opts.maxAdapterCalls ?? MAX_ADAPTER_CALLS }, logger);
   const server = http2.createServer(HTTP2_SETTINGS, (req, res) => {
     const timeoutMs = settleDeadlines(req.headers);
     // connect's adapter starts a call's deadline only once its body has
@@ -185,11 +188,12 @@ export async function startLinksServer(opts: LinksServerOptions) {
       if (req.readableEnded || req.stream.destroyed) return;
       setTimeout(() => req.stream.destroy(), 1000).unref();
     });
-    if (!admit(req, res)) return;
     // The gateway's stream of batches: one long-lived request, served apart
     // from the per-call trace, span and metrics below (its calls carry their
     // own). Anything but plain gRPC goes to connect's handler.
-    if (req.url === BATCHES_PATH && isPlainGrpc(req)) return batchStreams.serve(req, res);
+    const batches = req.url === BATCHES_PATH && isPlainGrpc(req);
+    if (!admit(req, res, !batches && !fastPath.takes(req))) return;
+    if (batches) return batchStreams.serve(req, res);
     // The caller's X-Request-Id and traceparent (the gateway's): every log
     // line and outbox event of this call carries them.
     const trace = traceFrom(req.headers.traceparent, req.headers["x-request-id"]);
