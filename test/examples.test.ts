@@ -40,8 +40,9 @@ it("the TypeScript client (buf + protoc-gen-es, connect-es) creates and reads a 
   expectCreatedAndRead(stdout);
 }, 60_000);
 
-it("the Python client (grpcio-tools, grpcio) creates and reads a link", async () => {
+it("the Python client (grpcio-tools, grpcio) creates and reads a link, and reads the reason a call was refused", async () => {
   await run("bash", ["examples/python/generate.sh"], { cwd: root, timeout: 120_000 });
   const { stdout } = await run(PYTHON, ["examples/python/client.py"], { cwd: root, env, timeout: 30_000 });
   expectCreatedAndRead(stdout);
+  expect(JSON.parse(stdout.trim().split("\n")[2]!)).toEqual({ expired_again: "FAILED_PRECONDITION", reason: "LINK_EXPIRED" });
 }, 180_000);

@@ -16,4 +16,4 @@ fi
 rm -rf "$here/gen" && mkdir -p "$here/gen"
 "$here/.venv/bin/python" -m grpc_tools.protoc -I "$root/proto" \
   --python_out="$here/gen" --grpc_python_out="$here/gen" \
-  paylink/v1/link_service.proto google/rpc/status.proto
+  paylink/v1/link_service.proto google/rpc/status.proto google/rpc/error_details.proto

@@ -18,7 +18,12 @@ export const file_paylink_v1_link_service: GenFile = /*@__PURE__*/
 
 /**
  * Money is never floating point: an integer count of the currency's minor
- * units (cents for USD, yen for JPY, fils for BHD).
+ * units (cents for USD, yen for JPY, fils for BHD). How many digits a
+ * currency's minor unit has is CLDR's (what Intl.NumberFormat shows), not
+ * always ISO 4217's: these count whole units (0 digits) where ISO 4217 has
+ * 2 (IQD: 3), so value 100000 is 100,000 of them, never 1,000.00: AFN, ALL,
+ * COP, HUF, IDR, IQD, IRR, KPW, LAK, LBP, MGA, MMK, PKR, SLL, SOS, SYP, YER.
+ * The README's "Currencies and their digits" lists every code's.
  *
  * @generated from message paylink.v1.Amount
  */
@@ -33,7 +38,7 @@ export type Amount = Message<"paylink.v1.Amount"> & {
   value: bigint;
 
   /**
-   * ISO 4217 code, uppercase.
+   * ISO 4217 code, in any case; links carry it uppercase.
    *
    * @generated from field: string currency = 2;
    */
@@ -296,7 +301,8 @@ export type CreateLinkRequest = Message<"paylink.v1.CreateLinkRequest"> & {
   /**
    * As REST's Idempotency-Key header: a retry with the same key and the same
    * request gets the first answer back, with replayed set. 1 to 255
-   * characters, no control characters.
+   * characters, no control characters. A key belongs to its caller (another
+   * client's same key is another key) and is kept 24 hours from its first use.
    *
    * @generated from field: optional string idempotency_key = 5;
    */
@@ -563,30 +569,46 @@ export const CheckoutSchema: GenMessage<Checkout> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 15);
 
 /**
+ * A card's fields: a field missing or malformed is INVALID_ARGUMENT naming it.
+ * A number that is not a card number ("Invalid card number") or an expiry
+ * in the past ("Card has expired") is INVALID_ARGUMENT too, and counts as a
+ * failed attempt toward the link's lock (PAYMENT_ATTEMPTS_EXCEEDED).
+ *
  * @generated from message paylink.v1.Card
  */
 export type Card = Message<"paylink.v1.Card"> & {
   /**
+   * 12 to 19 digits with a valid check digit; spaces and dashes are ignored.
+   *
    * @generated from field: string number = 1;
    */
   number: string;
 
   /**
+   * 1 to 12.
+   *
    * @generated from field: int32 exp_month = 2;
    */
   expMonth: number;
 
   /**
+   * Four digits (2030) or two (30, read as 2030). Good through the last day
+   * of exp_month.
+   *
    * @generated from field: int32 exp_year = 3;
    */
   expYear: number;
 
   /**
+   * 3 or 4 digits. Never stored.
+   *
    * @generated from field: string cvc = 4;
    */
   cvc: string;
 
   /**
+   * At most 200 characters.
+   *
    * @generated from field: optional string name = 5;
    */
   name?: string | undefined;
@@ -622,7 +644,8 @@ export type CompletePaymentRequest = Message<"paylink.v1.CompletePaymentRequest"
 
   /**
    * One per payment attempt, the same on each retry of that attempt (REST's
-   * Idempotency-Key on /link/{id}/pay). A retry of an attempt that succeeded
+   * Idempotency-Key on /link/{id}/pay); 1 to 255 characters, no control
+   * characters, scoped to the link. A retry of an attempt that succeeded
    * gets its answer again, with replayed set, never LINK_USED; the same key
    * with another request is FAILED_PRECONDITION IDEMPOTENCY_KEY_REUSED.
    *
@@ -1443,7 +1466,8 @@ export const LinkService: GenService<{
     output: typeof ListLinksResponseSchema;
   },
   /**
-   * Ends a CREATED link now.
+   * Ends a CREATED link now. FAILED_PRECONDITION with LINK_USED for a used
+   * link, LINK_EXPIRED for one already expired.
    *
    * @generated from rpc paylink.v1.LinkService.ExpireLink
    */
