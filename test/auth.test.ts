@@ -5,6 +5,7 @@
 import { execFile } from "node:child_process";
 import http from "node:http";
 import { promisify } from "node:util";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { eq, sql } from "drizzle-orm";
@@ -107,6 +108,9 @@ describe("keys", () => {
       expect(minute.getTime() % 60_000).toBe(0);
       expect(minute.getTime()).toBe(Math.floor(stack.clock.now().getTime() / 60_000) * 60_000);
       expect(await writes()).toBe(1);
+      // Never shown before the key existed, though kept to the minute.
+      const [listed] = (await admin.listApiKeys({ clientId: "auth-last-used" }, asAdmin)).apiKeys;
+      expect(timestampMs(listed!.lastUsedAt!)).toBeGreaterThanOrEqual(timestampMs(listed!.createdAt!));
       const version = async () => (await stack.db.execute<{ xmin: string }>(sql`select xmin from api_keys where id = ${id}`))[0]!.xmin;
       const first = await version();
       // The same minute: no write from this copy; the other copy's one write changes no row.
@@ -246,6 +250,12 @@ describe("the admin service", () => {
         rawMessage: "client_id must be printable ASCII: requests name it in the Client-Id header",
       });
     }
+    // In its own words: the caller sent no header.
+    await expect(admin.createApiKey({ clientId: "m".repeat(256) }, asAdmin)).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+      rawMessage: "client_id must be at most 255 characters",
+    });
+    expect((await admin.createApiKey({ clientId: ` ${"m".repeat(255)} ` }, asAdmin)).apiKey!.clientId).toBe("m".repeat(255));
   });
 
   it("is off without ADMIN_TOKEN", async () => {

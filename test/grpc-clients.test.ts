@@ -25,6 +25,7 @@ import {
   LinkType,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { percentEncodeGrpc } from "../services/links/grpc-fast-path.js";
 import { grpcFrame } from "./support/grpc-frame.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -198,9 +199,9 @@ describe("grpc-js with @grpc/proto-loader, from the .proto files alone", () => {
       () => {
         throw new Error("expected the call to fail");
       },
-      // grpc-js decodes grpc-message with decodeURI, which leaves reserved
-      // characters such as "," percent-encoded; connect-es encodes them all.
-      (err: grpc.ServiceError) => ({ code: err.code, message: decodeURIComponent(err.details) }),
+      // As grpc-js gives it: it decodes grpc-message with decodeURI, which
+      // leaves "," or ":" percent-encoded had the server encoded them.
+      (err: grpc.ServiceError) => ({ code: err.code, message: err.details }),
     );
 
   it("CreateLink then GetLink over the network", async () => {
@@ -240,6 +241,12 @@ describe("grpc-js with @grpc/proto-loader, from the .proto files alone", () => {
     ["metadata webhook not a URL", request({ metadata: { webhook: "nope" } }), "c", "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
   ])("CreateLink with %s: INVALID_ARGUMENT with REST's message", async (_name, req, clientId, message) => {
     expect(await failure(createLink(req, as(clientId)))).toEqual({ code: grpc.status.INVALID_ARGUMENT, message });
+  });
+
+  it("grpc-message encodes only what the gRPC spec says: bytes outside printable ASCII, and %", () => {
+    expect(percentEncodeGrpc("one of card, bank_transfer: 50% off")).toBe("one of card, bank_transfer: 50%25 off");
+    expect(decodeURIComponent(percentEncodeGrpc("Café ☕\n"))).toBe("Café ☕\n");
+    expect(percentEncodeGrpc("é")).toBe("%C3%A9");
   });
 
   it("GetLink refusals: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED", async () => {

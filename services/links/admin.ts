@@ -12,7 +12,7 @@ import { hashSecret, newSecret } from "./auth.js";
 import { bearerTokenMatcher } from "./bearer-token.js";
 import type { Db } from "./db.js";
 import * as keys from "./key-store.js";
-import { validateClientId } from "./validate.js";
+import { MAX_CLIENT_ID } from "./validate.js";
 
 export interface AdminDeps {
   db: Db;
@@ -23,12 +23,15 @@ export interface AdminDeps {
 }
 
 export function createAdminService({ db, clock, env, onRevoked }: AdminDeps): ServiceImpl<typeof AdminService> {
+  // The rules of the Client-Id header (validateClientId), told in this call's own words.
   const clientIdOf = (value: string) => {
-    if (value.trim() === "") throw invalid("client_id is required");
+    const clientId = value.trim();
+    if (clientId === "") throw invalid("client_id is required");
     // Its requests name it in a header, which HTTP reads byte by byte: a key
     // for "café" would never match the client that presents it.
     if (!/^[\x20-\x7e]+$/.test(value)) throw invalid("client_id must be printable ASCII: requests name it in the Client-Id header");
-    return validateClientId(value);
+    if (clientId.length > MAX_CLIENT_ID) throw invalid(`client_id must be at most ${MAX_CLIENT_ID} characters`);
+    return clientId;
   };
   return {
     async createApiKey(req) {
@@ -62,7 +65,8 @@ function toApiKey(row: keys.ApiKeyRow): ApiKey {
     clientId: row.clientId,
     last4: row.last4,
     createdAt: timestampFromDate(row.createdAt),
-    lastUsedAt: row.lastUsedAt ? timestampFromDate(row.lastUsedAt) : undefined,
+    // Kept to the minute, so a key used in the minute it was made would seem used before it existed.
+    lastUsedAt: row.lastUsedAt ? timestampFromDate(row.lastUsedAt < row.createdAt ? row.createdAt : row.lastUsedAt) : undefined,
     revokedAt: row.revokedAt ? timestampFromDate(row.revokedAt) : undefined,
   });
 }

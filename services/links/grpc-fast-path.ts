@@ -151,6 +151,7 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
 function answerError(res: Http2ServerResponse, error: ConnectError) {
   const trailers: Record<string, string> = {};
   setTrailerStatus(new Headers(), error).forEach((value, name) => (trailers[name] = value));
+  trailers["grpc-message"] = percentEncodeGrpc(error.rawMessage);
   res.writeHead(200, { "content-type": "application/grpc+proto" });
   res.addTrailers(trailers);
   res.end();
@@ -205,4 +206,19 @@ function framingError(body: Buffer): ConnectError | undefined {
   }
   if (body[0] !== 0) return new ConnectError("protocol error: compressed message without grpc-encoding", Code.Internal);
   return undefined;
+}
+
+/**
+ * grpc-message as the gRPC spec encodes it: every byte of the UTF-8 outside
+ * printable ASCII, and "%", as %XX; nothing else. connect encodes as
+ * encodeURIComponent does, "," and ":" too, and grpc-js decodes with decodeURI,
+ * which leaves those encoded: its callers read "one of card%2C bank_transfer".
+ */
+export function percentEncodeGrpc(message: string): string {
+  if (/^[\x20-\x24\x26-\x7e]*$/.test(message)) return message;
+  let encoded = "";
+  for (const byte of Buffer.from(message, "utf8")) {
+    encoded += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+  }
+  return encoded;
 }

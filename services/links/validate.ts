@@ -149,13 +149,15 @@ function validateMetadata(metadata: Record<string, string>): Record<string, stri
   return metadata;
 }
 
+/** Client ids are stored and indexed; the bound keeps every key well inside PostgreSQL's index-row limit. */
+export const MAX_CLIENT_ID = 255;
+
 /** The caller's identity, from the client-id header. */
 export function validateClientId(header: string | null): string {
   const clientId = header?.trim();
   if (!clientId) throw clientIdRequired();
-  // It is stored and indexed; a bound keeps every key well inside Postgres's index-row limit.
-  if (clientId.length > 255 || CONTROL.test(clientId)) {
-    throw invalid("Client ID header must be at most 255 printable characters");
+  if (clientId.length > MAX_CLIENT_ID || CONTROL.test(clientId)) {
+    throw invalid(`Client ID header must be at most ${MAX_CLIENT_ID} printable characters`);
   }
   return clientId;
 }

@@ -43,7 +43,7 @@ export type ApiKey = Message<"paylink.admin.v1.ApiKey"> & {
   createdAt?: Timestamp | undefined;
 
   /**
-   * To the minute; absent until the key is first used.
+   * To the minute, never before created_at; absent until the key is first used.
    *
    * @generated from field: google.protobuf.Timestamp last_used_at = 5;
    */
@@ -69,6 +69,10 @@ export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
  */
 export type CreateApiKeyRequest = Message<"paylink.admin.v1.CreateApiKeyRequest"> & {
   /**
+   * The client whose requests will present the key, exactly as their
+   * Client-Id header names it: 1 to 255 printable ASCII characters (a
+   * header carries no other); spaces around it are dropped.
+   *
    * @generated from field: string client_id = 1;
    */
   clientId: string;
