@@ -8,7 +8,7 @@ import postgres from "postgres";
 import { pino } from "pino";
 import { httpErrorFromRpc } from "../gateway/errors.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
+import { ErrorInfoSchema, RetryInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
 import {
   CompletePaymentRequestSchema,
   LinkService,
@@ -702,7 +702,12 @@ describe("when the processor or the clock get in the way", () => {
       expect(await attempts.begin(running)).toBe("room");
       const locked = await createLink();
       await places(locked, Array.from({ length: 5 }, () => ({ pid: livePid, ageMs: 6 * 60_000 })));
-      await expect(attempts.begin(locked)).rejects.toMatchObject({ code: Code.ResourceExhausted });
+      const refused = await attempts.begin(locked).then(() => undefined, (e: unknown) => ConnectError.from(e));
+      expect(refused).toMatchObject({ code: Code.ResourceExhausted });
+      // How long, for gRPC's retry tooling (RetryInfo) and in ErrorInfo's metadata alike.
+      const wait = Number(refused!.findDetails(ErrorInfoSchema)[0]!.metadata.retry_after_seconds);
+      expect(wait).toBeGreaterThan(0);
+      expect(refused!.findDetails(RetryInfoSchema)[0]!.retryDelay!.seconds).toBe(BigInt(wait));
       expect(await left(locked)).toHaveLength(5);
     } finally {
       await live.end();

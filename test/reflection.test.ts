@@ -98,7 +98,11 @@ describe("gRPC server reflection", () => {
     expect(names(await ask({ case: "fileByFilename", value: "google/rpc/status.proto" }))).toEqual(
       expect.arrayContaining(["google/rpc/status.proto"]),
     );
-    expect(names(await ask({ case: "fileContainingSymbol", value: "google.rpc.ErrorInfo" }))).toEqual(["google/rpc/error_details.proto"]);
+    for (const detail of ["google.rpc.ErrorInfo", "google.rpc.RetryInfo"]) {
+      expect(names(await ask({ case: "fileContainingSymbol", value: detail }))).toEqual(
+        expect.arrayContaining(["google/rpc/error_details.proto", "google/protobuf/duration.proto"]),
+      );
+    }
     expect(await ask({ case: "fileByFilename", value: "paylink/v1/link_service" })).toMatchObject({
       case: "errorResponse",
       value: { errorCode: Code.NotFound },

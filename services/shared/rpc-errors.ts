@@ -2,7 +2,7 @@
 // errors and the gateway that raises the same ones for REST-only refusals.
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
+import { ErrorInfoSchema, RetryInfoSchema } from "../../proto/gen/google/rpc/error_details_pb.js";
 import type { StatusName } from "./names.js";
 import { LINK_LIMITS as L } from "./link-limits.js";
 
@@ -72,11 +72,18 @@ export const processorNotConfigured = () =>
 export const processorUnavailable = () =>
   withReason("The payment processor is unavailable; please try again", Code.Unavailable, "PROCESSOR_UNAVAILABLE");
 
-/** Too many failed payment attempts on a link; ErrorInfo metadata retry_after_seconds says for how long. */
-export const paymentAttemptsExceeded = (retryAfterSeconds: number) =>
-  withReason("Too many failed payment attempts for this link; try again later", Code.ResourceExhausted, "PAYMENT_ATTEMPTS_EXCEEDED", {
-    retry_after_seconds: String(Math.max(1, Math.ceil(retryAfterSeconds))),
+/**
+ * Too many failed payment attempts on a link, for so long: in ErrorInfo's metadata (retry_after_seconds) and
+ * as a google.rpc.RetryInfo, which gRPC's own retry tooling reads.
+ */
+export function paymentAttemptsExceeded(retryAfterSeconds: number): ConnectError {
+  const seconds = Math.max(1, Math.ceil(retryAfterSeconds));
+  const err = withReason("Too many failed payment attempts for this link; try again later", Code.ResourceExhausted, "PAYMENT_ATTEMPTS_EXCEEDED", {
+    retry_after_seconds: String(seconds),
   });
+  err.details.push({ desc: RetryInfoSchema, value: create(RetryInfoSchema, { retryDelay: { seconds: BigInt(seconds) } }) });
+  return err;
+}
 
 /** Why a link in this status cannot be used or changed; undefined while it is live. */
 export function linkStateError(status: StatusName | undefined): ConnectError | undefined {

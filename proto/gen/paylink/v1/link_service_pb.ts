@@ -1418,9 +1418,9 @@ export const DeliveryStatusSchema: GenEnum<DeliveryStatus> = /*@__PURE__*/
  * FAILED_PRECONDITION with LINK_USED, LINK_EXPIRED, CARD_DECLINED,
  * IDEMPOTENCY_KEY_REUSED or LINK_HAS_NO_WEBHOOK; ABORTED with
  * IDEMPOTENCY_KEY_IN_USE; RESOURCE_EXHAUSTED with PAYMENT_ATTEMPTS_EXCEEDED
- * (metadata retry_after_seconds) while a link is locked after 5 failed
- * payments within an hour; UNAVAILABLE with PROCESSOR_NOT_CONFIGURED or
- * PROCESSOR_UNAVAILABLE. Without an ErrorInfo: UNAVAILABLE while PostgreSQL
+ * (metadata retry_after_seconds, and a google.rpc.RetryInfo of that wait)
+ * while a link is locked after 5 failed payments within an hour;
+ * UNAVAILABLE with PROCESSOR_NOT_CONFIGURED or PROCESSOR_UNAVAILABLE. Without an ErrorInfo: UNAVAILABLE while PostgreSQL
  * does not answer, and DEADLINE_EXCEEDED once the call's deadline has passed
  * (a deadline more than 24.8 days away counts as none; one under a
  * millisecond, or past on arrival, starts nothing). UNAVAILABLE and
