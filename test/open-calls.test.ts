@@ -34,17 +34,7 @@ it("answers UNAVAILABLE past its bound of open calls, counted over every session
     return outcome instanceof ConnectError === refused;
   };
   try {
-    const held = holders.flatMap((session) => {
-      session.on("error", () => {});
-      return Array.from({ length: 10 }, () => {
-        const stream = session.request(
-          { ":method": "POST", ":path": "/paylink.v1.LinkService/GetLink", "content-type": "application/grpc", te: "trailers", ...headers },
-          { endStream: false },
-        );
-        stream.on("error", () => {});
-        return stream;
-      });
-    });
+    const held = holders.flatMap((session) => holdCalls(session, 10, "application/grpc", headers));
     await waitFor(() => got(true), 3_000, () => "every call was still answered");
     expect((outcome as ConnectError).code).toBe(Code.Unavailable);
     for (const stream of held) stream.close(http2.constants.NGHTTP2_CANCEL);
