@@ -174,11 +174,20 @@ it("pays by card after a decline, lands on redirect_url, and the link then shows
   expect(landed.searchParams.get("payment_id")).toBe(payment!.id);
   expect(payment!.cardLast4).toBe("4242");
 
-  // Back to the link: it has been used.
+  // Back to the link in this tab, which saw it pay: the used link's page shows that payment, and stays (a
+  // customer back from the merchant's page is not sent there again).
   const again = await page.goto(link.url);
   expect(again!.status()).toBe(409);
-  expect(await page.getByRole("heading", { level: 2 }).innerText()).toBe("This payment link has already been used");
-  await shot(page, "used-409");
+  await expect.poll(() => page.getByRole("heading", { level: 2 }).innerText()).toBe("Payment complete");
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  expect(new URL(page.url()).pathname).toBe(`/link/${link.id}`);
+  // Any other tab holds no key of it: the link has been used.
+  const other = await newPage();
+  expect((await other.page.goto(link.url))!.status()).toBe(409);
+  expect(await other.page.getByRole("heading", { level: 2 }).innerText()).toBe("This payment link has already been used");
+  await shot(other.page, "used-409");
+  expect(other.problems).toEqual([]);
+  await other.close();
 
   expect(problems).toEqual([]);
   // Nothing but the checkout itself and the merchant's own redirect target.
@@ -340,6 +349,43 @@ it("asks again with the same Idempotency-Key after its retries ran out, so a pay
   await close();
 }, 40_000);
 
+it("shows the payment an earlier attempt made when its answer was lost and the customer paid again with other details, not \"already used\"", async () => {
+  const link = await createLink({ description: "Order #2003" });
+  const { page, problems, close } = await newPage();
+  const keys: string[] = [];
+  let lost = true;
+  await page.route("**/pay", async (route) => {
+    keys.push(route.request().headers()["idempotency-key"] ?? "");
+    if (!lost) return route.continue();
+    // Every try reaches the service, which pays on the first; no answer reaches the customer.
+    await route.fetch({ url: `${stack.gatewayUrl}${new URL(route.request().url()).pathname}` });
+    return route.abort("failed");
+  });
+  await page.goto(link.url);
+  await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+  await page.getByLabel("Expiry date").fill(`12/${yy}`);
+  await page.getByLabel("Security code (CVC)").fill("123");
+  const pay = page.getByRole("button", { name: "Pay $42.50" });
+  await pay.click();
+  await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toContain("could not reach the payment service");
+  expect(new Set(keys).size).toBe(1);
+  // Told to try again, the customer does, with another card: a new attempt, which finds the link used.
+  lost = false;
+  await page.getByLabel("Card number").fill("5555 5555 5555 4444");
+  await pay.click();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 10_000 }).toBe(true);
+  expect(new Set(keys).size).toBe(2);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(payment!.cardLast4).toBe("4242");
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  // And a reload says so too.
+  expect((await page.reload())!.status()).toBe(409);
+  await expect.poll(() => page.getByRole("heading", { level: 2 }).innerText()).toBe("Payment complete");
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  expect(problems).toEqual([]);
+  await close();
+}, 60_000);
+
 it("keeps an attempt's Idempotency-Key across a reload while it was under way, so the payment it made is shown, not \"already used\"", async () => {
   const link = await createLink({ description: "Order #2006" });
   const { page, problems, close } = await newPage();
@@ -382,7 +428,8 @@ it("keeps an attempt's Idempotency-Key across a reload while it was under way, s
   expect(keys).toEqual([keys[0], keys[0]]);
   const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
   expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
-  expect(await page.evaluate(() => sessionStorage.length)).toBe(0); // settled
+  // Settled: what is left is the key of the attempt that paid, for the page to show it again.
+  expect(await page.evaluate(() => Object.keys(sessionStorage))).toEqual([`paylink paid /link/${link.id}/pay`]);
   expect(problems).toEqual([]);
   await close();
 }, 40_000);
@@ -431,7 +478,8 @@ it("keeps the cancel link off once its retries run out with the outcome unknown,
   expect(await page.locator("#outcome-payment").isVisible()).toBe(true);
   expect(await page.title()).toBe("Payment complete");
   expect(await activeId(page)).toBe("outcome-title");
-  expect(await page.evaluate(() => sessionStorage.length)).toBe(0); // settled
+  // Settled: what is left is the key of the attempt that paid, for the page to show it again.
+  expect(await page.evaluate(() => Object.keys(sessionStorage))).toEqual([`paylink paid /link/${link.id}/pay`]);
   // Another tab, which made no attempt, sees the link used.
   const other = await newPage();
   await other.page.goto(link.url);

@@ -16,6 +16,18 @@
   // four digits, length, expiry and name), never a card number or CVC.
   var ATTEMPT_ITEM = "paylink attempt " + payUrl;
   var unsettled = recallAttempt();
+  // The keys of earlier attempts of this tab whose outcome was never known,
+  // left for one with other details: one of them may be what paid the link,
+  // so a 409 asks after each before it says "already used" (a review paid,
+  // lost the answer, paid again with another card and was told the link was
+  // used, the payment's id forgotten). Kept until an answer settles them.
+  var EARLIER_ITEM = "paylink earlier attempts " + payUrl;
+  var earlier = recallList(EARLIER_ITEM);
+  // The key of the attempt this tab saw pay the link: back on the page from
+  // the merchant's, or reloading it, the customer sees their payment, not
+  // "already used ... if you were not expecting this".
+  var PAID_ITEM = "paylink paid " + payUrl;
+  var paidKey = recallList(PAID_ITEM)[0];
   var form = document.getElementById("pay-form");
   if (!form) return askLostAttempt();
   var status = document.getElementById("status");
@@ -46,32 +58,93 @@
     }
   }
 
-  // On a used link's page: a saved attempt of this tab may be what paid it.
-  // Asked by its key alone; a definite answer ends it, anything else leaves
-  // it for the next reload.
-  function askLostAttempt() {
-    if (!unsettled) return;
-    fetch(payUrl, {
-      headers: { accept: "application/json", "idempotency-key": unsettled.key },
-      credentials: "same-origin",
-      cache: "no-store",
-    }).then(function (res) {
-      if (res.status === 404) return keepAttempt(null);
-      if (!res.ok) return;
-      return res.json().then(function (result) {
-        keepAttempt(null);
-        var target = redirectOf(result);
-        if (target) return location.assign(target);
-        document.title = "Payment complete";
-        document.getElementById("outcome-title").textContent = "Payment complete";
-        document.getElementById("outcome-message").textContent = "Your payment went through. You can close this page.";
-        document.getElementById("payment-id").textContent = result.payment_id || "";
-        document.getElementById("outcome-payment").hidden = false;
-        // Said to a screen reader too: the page it read said "already used".
-        var title = document.getElementById("outcome-title");
-        title.tabIndex = -1;
-        title.focus();
+  function recallList(item) {
+    try {
+      var saved = JSON.parse(window.sessionStorage.getItem(item) || "[]");
+      return Array.isArray(saved) ? saved.filter(function (key) { return typeof key === "string"; }).slice(-10) : [];
+    } catch (e) {
+      return [];
+    }
+  }
+
+  function keepList(item, keys) {
+    try {
+      if (keys.length) window.sessionStorage.setItem(item, JSON.stringify(keys.slice(-10)));
+      else window.sessionStorage.removeItem(item);
+    } catch (e) {
+      // Storage off: this page's memory only.
+    }
+  }
+
+  function keepEarlier(keys) {
+    earlier = keys.slice(-10);
+    keepList(EARLIER_ITEM, earlier);
+  }
+
+  function keepPaid(key) {
+    paidKey = key;
+    keepList(PAID_ITEM, [key]);
+    keepEarlier([]); // the link is paid: no other attempt can have paid it
+  }
+
+  // Asks after each attempt by its key alone, in turn: the answer of the one
+  // that paid the link, or null. A key answered 404 did not pay and is
+  // forgotten; one whose answer did not come is kept for the next ask.
+  function findPaid(keys) {
+    var open = [];
+    return keys.reduce(function (found, key) {
+      return found.then(function (paid) {
+        if (paid) return paid;
+        return fetch(payUrl, {
+          headers: { accept: "application/json", "idempotency-key": key },
+          credentials: "same-origin",
+          cache: "no-store",
+        }).then(function (res) {
+          if (res.ok) {
+            return res.json().then(function (result) { return { key: key, result: result }; }, function () {
+              open.push(key);
+              return null;
+            });
+          }
+          if (res.status !== 404) open.push(key);
+          return null;
+        }, function () {
+          open.push(key);
+          return null;
+        });
       });
+    }, Promise.resolve(null)).then(function (paid) {
+      if (paid) keepPaid(paid.key);
+      else keepEarlier(open);
+      return paid && paid.result;
+    });
+  }
+
+  // On a used link's page: an attempt of this tab may be what paid it. One
+  // it saw pay is shown as paid; one whose answer was lost sends the customer
+  // on to redirect_url as its answer would have.
+  function askLostAttempt() {
+    if (unsettled) {
+      keepEarlier(earlier.concat(unsettled.key));
+      keepAttempt(null);
+    }
+    var seen = paidKey;
+    var keys = seen ? [seen] : earlier;
+    if (!keys.length) return;
+    findPaid(keys).then(function (result) {
+      if (!result) return;
+      // Not sent to the merchant again: a customer back from there pressed Back.
+      var target = seen ? "" : redirectOf(result);
+      if (target) return location.assign(target);
+      document.title = "Payment complete";
+      document.getElementById("outcome-title").textContent = "Payment complete";
+      document.getElementById("outcome-message").textContent = "Your payment went through. You can close this page.";
+      document.getElementById("payment-id").textContent = result.payment_id || "";
+      document.getElementById("outcome-payment").hidden = false;
+      // Said to a screen reader too: the page it read said "already used".
+      var title = document.getElementById("outcome-title");
+      title.tabIndex = -1;
+      title.focus();
     }).catch(function () {});
   }
 
@@ -281,6 +354,7 @@
     var shape = shapeOf(body);
     if (!unsettled || unsettled.shape !== shape) {
       doubtful = false;
+      if (unsettled) keepEarlier(earlier.concat(unsettled.key));
       keepAttempt({ shape: shape, key: newKey() });
     }
     send(JSON.stringify(body), unsettled.key, 0);
@@ -327,7 +401,18 @@
         }
         keepAttempt(null);
         doubtful = false;
-        if (res.ok) return succeed(data);
+        if (res.ok) {
+          keepPaid(key);
+          return succeed(data);
+        }
+        if (res.status === 409 && earlier.length) {
+          // Used: perhaps by an earlier attempt of this tab whose answer was lost.
+          return findPaid(earlier).then(function (result) {
+            if (result) return succeed(result);
+            retire();
+            finish(message + ".");
+          });
+        }
         if (res.status === 402) {
           // Marked at the field, as a refused number is, so its description
           // says why when the focus lands there; the next check clears it.
