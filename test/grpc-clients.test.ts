@@ -247,6 +247,9 @@ describe("grpc-js with @grpc/proto-loader, from the .proto files alone", () => {
     expect(percentEncodeGrpc("one of card, bank_transfer: 50% off")).toBe("one of card, bank_transfer: 50%25 off");
     expect(decodeURIComponent(percentEncodeGrpc("Café ☕\n"))).toBe("Café ☕\n");
     expect(percentEncodeGrpc("é")).toBe("%C3%A9");
+    expect(percentEncodeGrpc(" a b ")).toBe("%20a b%20");
+    expect(percentEncodeGrpc(" ")).toBe("%20");
+    expect(percentEncodeGrpc("")).toBe("");
   });
 
   it("GetLink refusals: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED", async () => {

@@ -213,12 +213,16 @@ function framingError(body: Buffer): ConnectError | undefined {
  * printable ASCII, and "%", as %XX; nothing else. connect encodes as
  * encodeURIComponent does, "," and ":" too, and grpc-js decodes with decodeURI,
  * which leaves those encoded: its callers read "one of card%2C bank_transfer".
+ * A space at either end is encoded too: HTTP/2 refuses a field value that
+ * starts or ends with one (a caller's text quoted in a message may).
  */
 export function percentEncodeGrpc(message: string): string {
-  if (/^[\x20-\x24\x26-\x7e]*$/.test(message)) return message;
+  if (/^(?:[\x21-\x24\x26-\x7e](?:[\x20-\x24\x26-\x7e]*[\x21-\x24\x26-\x7e])?)?$/.test(message)) return message;
+  const bytes = Buffer.from(message, "utf8");
   let encoded = "";
-  for (const byte of Buffer.from(message, "utf8")) {
-    encoded += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
-  }
+  bytes.forEach((byte, i) => {
+    const plain = byte > 0x20 ? byte <= 0x7e && byte !== 0x25 : byte === 0x20 && i > 0 && i < bytes.length - 1;
+    encoded += plain ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+  });
   return encoded;
 }
