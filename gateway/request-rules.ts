@@ -53,11 +53,13 @@ export interface SchemaFailure {
 const ARTICLE: Record<string, string> = { string: "a string", number: "a number", integer: "an integer", object: "an object", array: "an array" };
 const join = (path: string, key: string) => (path ? `${path}.${key}` : key);
 
+export const unknownField = (path: string) => `Unknown field ${path}`;
+
 /** The words for JSON's shape, which are the gateway's wherever it judges. */
 export const SHAPE = {
   type: (path: string, e: FastifySchemaValidationError) => (path ? `${path} must be ${ARTICLE[String(e.params.type)] ?? e.params.type}` : INVALID_JSON),
   required: (path: string) => `${path} is required`,
-  additionalProperties: (path: string, e: FastifySchemaValidationError) => `Unknown field ${join(path, String(e.params.additionalProperty))}`,
+  additionalProperties: (path: string, e: FastifySchemaValidationError) => unknownField(join(path, String(e.params.additionalProperty))),
 } satisfies Partial<Record<Keyword, Words>>;
 
 interface CompiledPlace extends Place {

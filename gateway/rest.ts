@@ -18,7 +18,7 @@ import { clientIdRepeated, clientIdRequired, LIMIT_RANGE, linkStateError, STATUS
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { linkEventToJson, paymentToJson } from "./event-json.js";
 import { CREATE_LINK, createLinkRequestFromJson, isObject, linkToJson } from "./link-json.js";
-import { judge, type RequestRules, schemaDisagreement } from "./request-rules.js";
+import { judge, type RequestRules, schemaDisagreement, unknownField } from "./request-rules.js";
 
 type ListQuery = Static<typeof ROUTE_SCHEMAS.links.GET.querystring>;
 
@@ -118,7 +118,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
   route(v1, "/links/:id/expire", {
     async POST(req, reply) {
       refuseQuery(req);
-      refuseNonObjectBody(req);
+      refuseAnyField(req);
       const { link } = await links.expireLink({ id: idOf(req) }, asCaller(req));
       return sendLink(reply, link!);
     },
@@ -144,7 +144,7 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
   route(v1, "/links/:id/events/:eventId/redeliver", {
     async POST(req, reply) {
       refuseQuery(req);
-      refuseNonObjectBody(req);
+      refuseAnyField(req);
       const { eventId } = req.params as { eventId: string };
       const { event } = await links.redeliverEvent({ linkId: idOf(req), eventId }, asCaller(req));
       return reply.code(202).send(linkEventToJson(event!));
@@ -154,9 +154,16 @@ export const rest: FastifyPluginAsync<GatewayDeps> = async (v1, { clients, auth,
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
-/** POSTs that need no body take none, or a JSON object (whose fields they ignore). */
-function refuseNonObjectBody(req: FastifyRequest): void {
-  if (req.body !== undefined && !isObject(req.body)) throw badRequest(INVALID_JSON);
+/**
+ * POSTs that need no body take none, or an empty JSON object. A field is
+ * refused, as create refuses one it does not know: `{"expires_in": 3600}`
+ * sent to expire, by a merchant hoping to extend a link, had ended it at once
+ * (a review).
+ */
+function refuseAnyField(req: FastifyRequest): void {
+  if (req.body === undefined) return;
+  if (!isObject(req.body)) throw badRequest(INVALID_JSON);
+  for (const field in req.body) throw badRequest(unknownField(field));
 }
 
 /**

@@ -248,7 +248,7 @@ const clientIdHeader = Type.Object({ "client-id": Str("The merchant; required on
 /** Public routes: no merchant credentials. */
 const open = { security: [] };
 
-const BODY_IGNORED = "Takes no body. One sent anyway must be a JSON object (`Content-Type: application/json`, at most 64 KiB), and is ignored.";
+const NO_FIELDS = "Takes no body. One sent anyway must be an empty JSON object (`{}`, `Content-Type: application/json`): any field is a 400 `Unknown field <name>`.";
 
 const idParams = Type.Object({ id: Str("The link id") });
 
@@ -305,7 +305,7 @@ export const ROUTE_SCHEMAS = {
       operationId: "expireLink",
       tags: ["links"],
       summary: "End a link early",
-      description: BODY_IGNORED,
+      description: NO_FIELDS,
       headers: clientIdHeader,
       params: idParams,
       response: { 200: { ...ref("Link"), description: "The link, expired" }, ...errors(LIVE_LINK_ERRORS) },
@@ -336,7 +336,7 @@ export const ROUTE_SCHEMAS = {
       operationId: "redeliverEvent",
       tags: ["webhooks"],
       summary: "Deliver an event's webhook again",
-      description: BODY_IGNORED,
+      description: NO_FIELDS,
       headers: clientIdHeader,
       params: Type.Object({ id: Str("The link id"), eventId: Str("The event id") }),
       response: { 202: { ...ref("LinkEvent"), description: "Accepted: the event, pending" }, ...errors({ ...LINK_ERRORS, 404: "`Link not found` or `Event not found`", 409: "`Link has no webhook`" }) },

@@ -187,6 +187,11 @@ describe("POST /v1/links/{id}/events/{event_id}/redeliver", () => {
       expect(await redeliver(paid.linkId, unknown)).toMatchObject({ status: 404, body: { error: "Event not found" } });
     }
     expect(await redeliver(paid.linkId, event.id, "someone-else")).toMatchObject({ status: 403 });
+    // It takes no field: one sent is refused, never ignored.
+    expect(await api(stack, "POST", `/v1/links/${paid.linkId}/events/${event.id}/redeliver`, { clientId: "client-webhooks", body: { delay: 60 } })).toMatchObject({
+      status: 400,
+      body: { error: "Unknown field delay" },
+    });
     const wrongMethod = await api(stack, "GET", `/v1/links/${paid.linkId}/events/${event.id}/redeliver`, {
       clientId: "client-webhooks",
     });

@@ -165,6 +165,23 @@ describe("POST /v1/links/{id}/expire", () => {
     expect(checkout.checkout?.status).toBe(LinkStatus.EXPIRED);
   });
 
+  it("takes no field: one sent (a merchant hoping to extend the link) is a 400 and the link lives on; {} and no body end it", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me);
+    for (const [body, field] of [[{ expires_in: 3600 }, "expires_in"], [{ status: "created", x: 1 }, "status"]] as const) {
+      expect(await api(stack, "POST", `/v1/links/${link.id}/expire`, { clientId: me, body })).toMatchObject({
+        status: 400,
+        body: { error: `Unknown field ${field}` },
+      });
+    }
+    // Validation comes before the link is looked up, as for create (the contract's order of checks).
+    expect(await api(stack, "POST", `/v1/links/lnk-${"0".repeat(8)}-0000-7000-8000-${"0".repeat(12)}/expire`, { clientId: me, body: { a: 1 } })).toMatchObject({ status: 400 });
+    expect((await api(stack, "GET", `/v1/links/${link.id}`, { clientId: me })).body.status).toBe("created");
+    expect((await api(stack, "POST", `/v1/links/${link.id}/expire`, { clientId: me, body: {} })).body.status).toBe("expired");
+    const other = await createLink(me);
+    expect((await api(stack, "POST", `/v1/links/${other.id}/expire`, { clientId: me })).body.status).toBe("expired");
+  });
+
   it.each([
     ["already expired", 410, "Link has expired"],
     ["used", 409, "Link has already been used"],
