@@ -237,8 +237,9 @@ describe("the admin service", () => {
       const headers: Record<string, string> = authorization ? { authorization } : {};
       await expect(admin.listApiKeys({ clientId: "x" }, { headers })).rejects.toMatchObject({ code: Code.Unauthenticated });
     }
-    // The scheme in any case, as for every bearer token.
+    // The scheme in any case, and one space or more after it (RFC 9110's 1*SP), as for every bearer token.
     expect(await admin.listApiKeys({ clientId: "x" }, { headers: { authorization: `bearer ${ADMIN_TOKEN}` } })).toBeDefined();
+    expect(await admin.listApiKeys({ clientId: "x" }, { headers: { authorization: `Bearer   ${ADMIN_TOKEN}` } })).toBeDefined();
     await expect(admin.revokeApiKey({ id: "key-nope" }, asAdmin)).rejects.toMatchObject({ code: Code.NotFound });
     await expect(admin.createApiKey({ clientId: " " }, asAdmin)).rejects.toMatchObject({ code: Code.InvalidArgument });
   });
