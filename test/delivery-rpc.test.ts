@@ -128,10 +128,11 @@ describe("the internal DeliveryService", () => {
     const transport = await server({ internalToken: "s3cret-internal", env: "production" });
     const deliveries = createClient(DeliveryService, transport);
     await expectCode(deliveries.startAttempt(probe), Code.Unauthenticated, "Invalid internal token");
-    for (const authorization of ["Bearer wrong", "Basic s3cret-internal", "s3cret-internal", "Bearer s3cret-interna", "Bearer s3cret-internal x", "Bearer  s3cret-internal"]) {
+    for (const authorization of ["Bearer wrong", "Basic s3cret-internal", "s3cret-internal", "Bearer s3cret-interna", "Bearer s3cret-internal x", "Bearers3cret-internal"]) {
       await expectCode(deliveries.startAttempt(probe, { headers: { authorization } }), Code.Unauthenticated);
     }
-    for (const authorization of ["Bearer s3cret-internal", "bearer s3cret-internal"]) {
+    // The scheme in any case, then one space or more (RFC 9110's 1*SP).
+    for (const authorization of ["Bearer s3cret-internal", "bearer s3cret-internal", "Bearer  s3cret-internal"]) {
       const ok = await deliveries.startAttempt(probe, { headers: { authorization } });
       expect(ok.action).toBe(StartAttemptAction.SKIP);
     }
