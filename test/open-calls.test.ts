@@ -10,6 +10,7 @@ import { createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GetLinkRequestSchema, LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { createDatabase } from "./support/database.js";
+import { grpcFrame } from "./support/grpc-frame.js";
 import { waitFor } from "./support/nats.js";
 import { startServices } from "./support/processes.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -102,10 +103,7 @@ describe("a LinkService started by its production command (a 128 MB heap)", () =
       body: JSON.stringify(validLink()),
     });
     const { id } = (await created.json()) as { id: string };
-    const message = toBinary(GetLinkRequestSchema, create(GetLinkRequestSchema, { id }));
-    const frame = Buffer.alloc(5 + message.length);
-    frame.writeUInt32BE(message.length, 1);
-    frame.set(message, 5);
+    const frame = grpcFrame(toBinary(GetLinkRequestSchema, create(GetLinkRequestSchema, { id })));
     const session = http2.connect(`http://127.0.0.1:${services.linksPort}`);
     session.on("error", () => {});
     const statuses: Record<string, number> = {};

@@ -37,6 +37,12 @@ interface Route {
 
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 
+/** gRPC with a protobuf body and no compression: what this path, and the stream of batches, serve themselves. */
+export function isPlainGrpc(req: Http2ServerRequest): boolean {
+  const encoding = req.headers["grpc-encoding"];
+  return CONTENT_TYPES.has(req.headers["content-type"] ?? "") && (encoding === undefined || encoding === "identity");
+}
+
 /** The handler, and whether it serves a request itself (false: connect's handler will). */
 export type FastPath = Handler & { takes(req: Http2ServerRequest): boolean };
 
@@ -52,13 +58,7 @@ export function createGrpcFastPath(options: FastPathOptions): FastPath {
 
   const routeOf = (req: Http2ServerRequest) => {
     const route = routes.get(req.url);
-    const encoding = req.headers["grpc-encoding"];
-    return route &&
-      req.method === "POST" &&
-      CONTENT_TYPES.has(req.headers["content-type"] ?? "") &&
-      (encoding === undefined || encoding === "identity")
-      ? route
-      : undefined;
+    return route && req.method === "POST" && isPlainGrpc(req) ? route : undefined;
   };
   const handle: Handler = (req, res) => {
     const route = routeOf(req);

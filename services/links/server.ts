@@ -23,7 +23,7 @@ import { createDbGate, gated } from "./db-gate.js";
 import { createDeliveryService } from "./deliveries.js";
 import { createHealthService } from "./health.js";
 import { createIdempotency } from "./idempotency.js";
-import { createGrpcFastPath } from "./grpc-fast-path.js";
+import { createGrpcFastPath, isPlainGrpc } from "./grpc-fast-path.js";
 import { BATCHES_PATH, createBatchStreams } from "./batch-stream.js";
 import { HTTP2_SETTINGS } from "../shared/http2-settings.js";
 import { internalAuth } from "./internal-auth.js";
@@ -252,10 +252,4 @@ export async function startLinksServer(opts: LinksServerOptions) {
       gate.close();
     },
   };
-}
-
-function isPlainGrpc(req: http2.Http2ServerRequest): boolean {
-  const type = req.headers["content-type"];
-  const encoding = req.headers["grpc-encoding"];
-  return (type === "application/grpc" || type === "application/grpc+proto") && (encoding === undefined || encoding === "identity");
 }
