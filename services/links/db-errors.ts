@@ -24,9 +24,12 @@ const DRIVER_CODES = new Set([
 // SQLSTATEs: class 08 (connection exception), the server shutting down or
 // starting (57P01-57P03), a statement cut by statement_timeout (57014),
 // class 53 (insufficient resources: a full disk, out of memory, too many
-// connections), and a server that cannot write (25006: a standby after a
-// failover, or a database made read-only).
-const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53...|25006)$/;
+// connections), a server that cannot write (25006: a standby after a
+// failover, or a database made read-only), and a new session refused because
+// the database is gone (3D000) or our role or password is (class 28: a
+// rotated password, a revoked login). Those last two are the operator's to
+// mend, not the request's fault: a 503 and a warning, never a 500 per request.
+const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53...|25006|3D000|28...)$/;
 
 /** PostgreSQL gave no answer in time: as unreachable as a refused connection. */
 export class DatabaseTimeout extends Error {
@@ -54,10 +57,6 @@ export function isUniqueViolation(err: unknown, constraint?: string): boolean {
   const violation = causes(err).find((e) => e.code === "23505");
   return violation !== undefined && (constraint === undefined || violation.constraint_name === constraint);
 }
-
-// What keeps start-up from the database that DATABASE_URL, not the code, must
-// fix: no such database (3D000), the role or password refused (class 28).
-const SETTING_SQLSTATE = /^(3D000|28...)$/;
 
 /** Start-up's first connection to PostgreSQL failed, whatever the reason: DATABASE_URL or its server must change. */
 export class FirstConnectionFailed extends Error {
@@ -89,12 +88,7 @@ export class MigrationFailed extends Error {
 export const nameDatabaseFailure =
   (url: string) =>
   (err: unknown): never => {
-    const code = (err as { code?: unknown }).code;
-    const named =
-      err instanceof FirstConnectionFailed ||
-      err instanceof MigrationFailed ||
-      isDatabaseUnavailable(err) ||
-      (typeof code === "string" && SETTING_SQLSTATE.test(code));
+    const named = err instanceof FirstConnectionFailed || err instanceof MigrationFailed || isDatabaseUnavailable(err);
     if (!named) throw err;
     // Where, never who: the URL may hold a password.
     throw new StartupError(`the database DATABASE_URL names (${databaseWhere(url)}) cannot be used: ${(err as Error).message}`, { cause: err });

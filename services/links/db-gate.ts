@@ -43,10 +43,10 @@ export function createDbGate(opts: DbGateOptions) {
       await Promise.race([opts.probe(), timedOut]);
       return true;
     } catch (err) {
-      // PostgreSQL answered with an error (a database that does not exist, say):
-      // it is reachable, and calls fail on their own with what is wrong.
+      // Any other error of PostgreSQL's is one of the probe's own: the server
+      // is there, and calls meet what is wrong with their own statements.
       if (!isDatabaseUnavailable(err)) return true;
-      if (available) opts.logger.warn({ err }, "PostgreSQL does not answer: failing calls fast until it does");
+      if (available) opts.logger.warn({ err }, "PostgreSQL does not answer or refuses us: failing calls fast until it serves again");
       return false;
     } finally {
       cancel!();

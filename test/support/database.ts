@@ -2,7 +2,7 @@ import postgres from "postgres";
 import { migrateDb } from "../../services/links/db.js";
 
 /** Read when used: the run's global setup may point it at an embedded PostgreSQL. */
-const adminUrl = () => process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+export const adminUrl = () => process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
 /** A new database on the machine's Postgres, migrated unless asked not to, and how to drop it. */
 export async function createDatabase(prefix = "paylink_test", { migrated = true } = {}) {
