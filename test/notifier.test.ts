@@ -354,3 +354,48 @@ describe("health", () => {
     expect(posted.headers.get("allow")).toBe("GET, HEAD");
   });
 });
+
+describe("stopping while NATS is silent", () => {
+  // Both had waited for the drain's 15 s cut (and exited 1): close() awaited a
+  // connect, a pull's close and a drain that a silent server never answers.
+  const start = (natsUrl: string) =>
+    startNotifier({
+      natsUrl,
+      linksUrl: "http://127.0.0.1:1",
+      env: "test",
+      retrySchedule: SCHEDULE,
+      logger: silent,
+      port: 0,
+      host: "127.0.0.1",
+      reconnectWaitMs: 100,
+      pullExpiresMs: 1_000,
+      topology: uniqueTopology(),
+    });
+  const timed = async (work: () => Promise<void>) => {
+    const began = Date.now();
+    await work();
+    return Date.now() - began;
+  };
+
+  it("stops within seconds while connecting to a server that accepts and never speaks", async () => {
+    const sockets = new Set<import("node:net").Socket>();
+    const silentServer = (await import("node:net")).createServer((socket) => void sockets.add(socket));
+    await new Promise<void>((resolve) => silentServer.listen(0, "127.0.0.1", resolve));
+    cleanups.push(async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silentServer.close(resolve));
+    });
+    const notifier = await start(`nats://127.0.0.1:${(silentServer.address() as AddressInfo).port}`);
+    await waitFor(() => sockets.size > 0);
+    expect(await timed(notifier.close)).toBeLessThan(3_000);
+  });
+
+  it("stops within a few seconds when NATS freezes under a consuming notifier", async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.close());
+    const notifier = await start(nats.url);
+    await notifier.whenReady();
+    nats.freeze();
+    expect(await timed(notifier.close)).toBeLessThan(5_000);
+  }, 30_000);
+});

@@ -25,6 +25,7 @@ import {
 } from "../shared/jetstream.js";
 import { createMetrics } from "./metrics.js";
 import { currentTrace, traceHeaders } from "../shared/trace-context.js";
+import { withTimeout } from "../shared/with-timeout.js";
 
 export interface NotifierOptions {
   natsUrl: string;
@@ -60,6 +61,19 @@ export interface NotifierOptions {
 const PULL_EXPIRES_MS = 3_000;
 // Well inside the consumer's 30 s ack_wait.
 const WORKING_EVERY_MS = 5_000;
+// How long stopping waits on NATS for each of its steps (a pull's close, a
+// connect or request under way, the drain). A server that accepts and never
+// speaks, or one frozen, answers none of them, and the drain would wait for
+// the process's 15 s cut. What is left unacked then, JetStream hands out
+// again after ack_wait: delivery is at least once.
+const NATS_STOP_STEP_MS = 2_000;
+
+/** True once `work` has settled, false once NATS has been silent on it for NATS_STOP_STEP_MS. */
+const untilSilent = (work: Promise<unknown> | undefined): Promise<boolean> =>
+  withTimeout(Promise.resolve(work).catch(() => {}), NATS_STOP_STEP_MS, "NATS").then(
+    () => true,
+    () => false,
+  );
 
 export async function startNotifier(opts: NotifierOptions) {
   const { logger } = opts;
@@ -256,11 +270,11 @@ export async function startNotifier(opts: NotifierOptions) {
     whenReady: () => ready,
     async close() {
       stopping = true;
-      await messages?.close().catch(() => {});
+      await untilSilent(messages?.close());
       // Attempts under way finish (each within the delivery timeout) and ack.
       await Promise.allSettled([...inflight]);
-      await running;
-      await nc?.drain().catch(() => {});
+      await untilSilent(running);
+      if (nc && !(await untilSilent(nc.drain()))) await nc.close().catch(() => {});
       deliverer.close();
       await health.close();
     },

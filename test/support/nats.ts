@@ -91,7 +91,11 @@ export async function startNatsServer(args: string[] = []) {
     port,
     start,
     stop,
+    /** SIGSTOP: its connections stay open and silent. */
+    freeze: () => void child?.kill("SIGSTOP"),
+    thaw: () => void child?.kill("SIGCONT"),
     async close() {
+      child?.kill("SIGCONT");
       await stop();
       await rm(storeDir, { recursive: true, force: true });
     },
