@@ -27,6 +27,22 @@ async function setup(answer?: Parameters<typeof startReceiver>[0]) {
   return { ...delivery, notifier: await delivery.notifier() };
 }
 
+/** A notifier with NATS and nothing behind it: no LinkService answers, so it only consumes, reconnects and stops. */
+const natsOnlyNotifier = (natsUrl: string, more: Partial<Parameters<typeof startNotifier>[0]> = {}) =>
+  startNotifier({
+    natsUrl,
+    linksUrl: "http://127.0.0.1:1",
+    env: "test",
+    retrySchedule: SCHEDULE,
+    logger: silent,
+    port: 0,
+    host: "127.0.0.1",
+    reconnectWaitMs: 100,
+    pullExpiresMs: 1_000,
+    topology: uniqueTopology(),
+    ...more,
+  });
+
 async function deadLetter(topology: Topology) {
   const jsm = await env.nc.jetstreamManager();
   return jsm.streams.getMessage(topology.deadLetterStream, {
@@ -307,17 +323,8 @@ describe("health", () => {
     const nats = await startNatsServer();
     cleanups.push(() => nats.close());
     const lines: { level: number; msg: string }[] = [];
-    const notifier = await startNotifier({
-      natsUrl: nats.url,
-      linksUrl: "http://127.0.0.1:1",
-      env: "test",
-      retrySchedule: SCHEDULE,
+    const notifier = await natsOnlyNotifier(nats.url, {
       logger: createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) }),
-      port: 0,
-      host: "127.0.0.1",
-      reconnectWaitMs: 100,
-      pullExpiresMs: 1_000,
-      topology: uniqueTopology(),
     });
     cleanups.push(notifier.close);
     const ready = async () => (await fetch(`http://127.0.0.1:${notifier.port}/readyz`)).status === 200;
@@ -333,16 +340,7 @@ describe("health", () => {
   }, 40_000);
 
   it("is not ready while NATS is unreachable, and is alive all the same", async () => {
-    const notifier = await startNotifier({
-      natsUrl: "nats://127.0.0.1:1",
-      linksUrl: "http://127.0.0.1:1",
-      env: "test",
-      retrySchedule: SCHEDULE,
-      logger: silent,
-      port: 0,
-      host: "127.0.0.1",
-      reconnectWaitMs: 50,
-    });
+    const notifier = await natsOnlyNotifier("nats://127.0.0.1:1", { reconnectWaitMs: 50 });
     cleanups.push(notifier.close);
     const base = `http://127.0.0.1:${notifier.port}`;
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
@@ -358,19 +356,6 @@ describe("health", () => {
 describe("stopping while NATS is silent", () => {
   // Both had waited for the drain's 15 s cut (and exited 1): close() awaited a
   // connect, a pull's close and a drain that a silent server never answers.
-  const start = (natsUrl: string) =>
-    startNotifier({
-      natsUrl,
-      linksUrl: "http://127.0.0.1:1",
-      env: "test",
-      retrySchedule: SCHEDULE,
-      logger: silent,
-      port: 0,
-      host: "127.0.0.1",
-      reconnectWaitMs: 100,
-      pullExpiresMs: 1_000,
-      topology: uniqueTopology(),
-    });
   const timed = async (work: () => Promise<void>) => {
     const began = Date.now();
     await work();
@@ -385,7 +370,7 @@ describe("stopping while NATS is silent", () => {
       for (const socket of sockets) socket.destroy();
       await new Promise((resolve) => silentServer.close(resolve));
     });
-    const notifier = await start(`nats://127.0.0.1:${(silentServer.address() as AddressInfo).port}`);
+    const notifier = await natsOnlyNotifier(`nats://127.0.0.1:${(silentServer.address() as AddressInfo).port}`);
     await waitFor(() => sockets.size > 0);
     expect(await timed(notifier.close)).toBeLessThan(3_000);
   });
@@ -393,7 +378,7 @@ describe("stopping while NATS is silent", () => {
   it("stops within a few seconds when NATS freezes under a consuming notifier", async () => {
     const nats = await startNatsServer();
     cleanups.push(() => nats.close());
-    const notifier = await start(nats.url);
+    const notifier = await natsOnlyNotifier(nats.url);
     await notifier.whenReady();
     nats.freeze();
     expect(await timed(notifier.close)).toBeLessThan(5_000);

@@ -22,6 +22,20 @@ async function stackOn(databaseUrl: string) {
   return { stack: await startStack({ databaseUrl, logger }), lines };
 }
 
+/** A migrated database of its own and a stack on it, for the describe block that calls it. */
+function onNewDatabase(prefix: string) {
+  const running = {} as Awaited<ReturnType<typeof stackOn>> & { database: Database };
+  beforeAll(async () => {
+    running.database = await createDatabase(prefix);
+    Object.assign(running, await stackOn(running.database.url));
+  });
+  afterAll(async () => {
+    await running.stack?.close();
+    await running.database?.drop();
+  });
+  return running;
+}
+
 /** Five creates and a get of `id`: each a 503 with Retry-After, none logged as an error or with the create's secret. */
 async function expectUnavailable(stack: Stack, lines: string[], id: string) {
   const secret = "whsec_UNUSABLE_DATABASE_SECRET";
@@ -55,19 +69,10 @@ async function createOne(stack: Stack): Promise<string> {
 }
 
 describe("a database that cannot write", () => {
-  let database: Database;
-  let running: Awaited<ReturnType<typeof stackOn>>;
-  beforeAll(async () => {
-    database = await createDatabase("paylink_ro");
-    running = await stackOn(database.url);
-  });
-  afterAll(async () => {
-    await running?.stack.close();
-    await database?.drop();
-  });
+  const running = onNewDatabase("paylink_ro");
 
   it("answers 503 with Retry-After, logs none of its values, and creates again once writable", async () => {
-    const { stack, lines } = running;
+    const { stack, lines, database } = running;
     const id = await createOne(stack);
     const name = nameOf(database.url);
     const admin = postgres(database.url, { max: 1, onnotice: () => {} });
@@ -93,20 +98,11 @@ describe("a database that cannot write", () => {
 });
 
 describe("a database gone from under the service (3D000)", () => {
-  let database: Database;
-  let running: Awaited<ReturnType<typeof stackOn>>;
-  beforeAll(async () => {
-    database = await createDatabase("paylink_gone");
-    running = await stackOn(database.url);
-  });
-  afterAll(async () => {
-    await running?.stack.close();
-    await database?.drop();
-  });
+  const running = onNewDatabase("paylink_gone");
 
   // It had answered 500 `Internal server error`, with an error line in both processes, per request.
   it("answers 503 while it is renamed away, and creates again once it is back", async () => {
-    const { stack, lines } = running;
+    const { stack, lines, database } = running;
     const id = await createOne(stack);
     const name = nameOf(database.url);
     const away = `${name}_away`;
