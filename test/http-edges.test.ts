@@ -10,6 +10,7 @@ import { createDb } from "../services/links/db.js";
 import { createDbProbe } from "../services/links/db-probe.js";
 import { type LinksServerOptions, startLinksServer } from "../services/links/server.js";
 import { testClock } from "./support/clock.js";
+import { createDatabase } from "./support/database.js";
 import { freePort, waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -349,7 +350,7 @@ describe("when the LinkService is down", () => {
   });
 });
 
-describe("when the LinkService fails inside (its database does not exist)", () => {
+describe("when its database does not exist (gone, or misnamed)", () => {
   let pair: Awaited<ReturnType<typeof startPair>>;
   beforeAll(async () => {
     const url = new URL(stack.databaseUrl);
@@ -360,6 +361,46 @@ describe("when the LinkService fails inside (its database does not exist)", () =
     await pair?.gateway.close();
     await pair?.links.close();
     await pair?.closeDb();
+  });
+
+  // A dependency down, not a bug: it had answered 500 (test/unusable-database.test.ts renames one away for real).
+  it.each([
+    ["POST /v1/links", () => api(pair, "POST", "/v1/links", { body: validLink() })],
+    ["GET /v1/links/{id}", () => api(pair, "GET", `/v1/links/${linkId}`)],
+  ])("%s answers exactly 503 Service unavailable", async (_name, call) => {
+    const res = await call();
+    expect(res.status).toBe(503);
+    expect(res.text).toBe('{"error":"Service unavailable"}');
+    expect(res.headers.get("retry-after")).toBe("1");
+    expect(res.headers.get("x-request-id")).toMatch(UUID);
+  });
+
+  it("the checkout page answers its HTML 503 page", async () => {
+    await expectCheckoutFailurePage(pair.gatewayUrl, 503);
+  });
+
+  it("/readyz is 503: the LinkService is up but cannot use Postgres", async () => {
+    expect(outcome(await api(pair, "GET", "/readyz"))).toEqual({ status: 503, body: { status: "not ready", links: "not serving" } });
+  });
+
+  it("validation still answers 400: it needs no database", async () => {
+    const res = await api(pair, "POST", "/v1/links", { body: validLink({ expires_in: 59 }) });
+    expect(outcome(res)).toEqual({ status: 400, body: { error: "expires_in must be an integer from 60 to 86400" } });
+  });
+});
+
+describe("when the LinkService fails inside (its database has none of its tables)", () => {
+  let pair: Awaited<ReturnType<typeof startPair>>;
+  let database: Awaited<ReturnType<typeof createDatabase>>;
+  beforeAll(async () => {
+    database = await createDatabase("paylink_no_tables", { migrated: false });
+    pair = await startPair(database.url);
+  });
+  afterAll(async () => {
+    await pair?.gateway.close();
+    await pair?.links.close();
+    await pair?.closeDb();
+    await database?.drop();
   });
 
   it.each([
@@ -375,15 +416,6 @@ describe("when the LinkService fails inside (its database does not exist)", () =
 
   it("the checkout page answers its HTML 500 page", async () => {
     await expectCheckoutFailurePage(pair.gatewayUrl, 500);
-  });
-
-  it("/readyz is 503: the LinkService is up but cannot reach Postgres", async () => {
-    expect(outcome(await api(pair, "GET", "/readyz"))).toEqual({ status: 503, body: { status: "not ready", links: "not serving" } });
-  });
-
-  it("validation still answers 400: it needs no database", async () => {
-    const res = await api(pair, "POST", "/v1/links", { body: validLink({ expires_in: 59 }) });
-    expect(outcome(res)).toEqual({ status: 400, body: { error: "expires_in must be an integer from 60 to 86400" } });
   });
 });
 
