@@ -350,6 +350,15 @@ describe("when the LinkService is down", () => {
   });
 });
 
+/** The status and the exact JSON body, with its content type and request id. */
+function expectExactly<R extends Awaited<ReturnType<typeof api>>>(res: R, status: number, text: string): R {
+  expect(res.status).toBe(status);
+  expect(res.text).toBe(text);
+  expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+  expect(res.headers.get("x-request-id")).toMatch(UUID);
+  return res;
+}
+
 describe("when its database does not exist (gone, or misnamed)", () => {
   let pair: Awaited<ReturnType<typeof startPair>>;
   beforeAll(async () => {
@@ -368,11 +377,8 @@ describe("when its database does not exist (gone, or misnamed)", () => {
     ["POST /v1/links", () => api(pair, "POST", "/v1/links", { body: validLink() })],
     ["GET /v1/links/{id}", () => api(pair, "GET", `/v1/links/${linkId}`)],
   ])("%s answers exactly 503 Service unavailable", async (_name, call) => {
-    const res = await call();
-    expect(res.status).toBe(503);
-    expect(res.text).toBe('{"error":"Service unavailable"}');
+    const res = expectExactly(await call(), 503, '{"error":"Service unavailable"}');
     expect(res.headers.get("retry-after")).toBe("1");
-    expect(res.headers.get("x-request-id")).toMatch(UUID);
   });
 
   it("the checkout page answers its HTML 503 page", async () => {
@@ -407,11 +413,7 @@ describe("when the LinkService fails inside (its database has none of its tables
     ["POST /v1/links", () => api(pair, "POST", "/v1/links", { body: validLink() })],
     ["GET /v1/links/{id}", () => api(pair, "GET", `/v1/links/${linkId}`)],
   ])("%s answers exactly 500 Internal server error", async (_name, call) => {
-    const res = await call();
-    expect(res.status).toBe(500);
-    expect(res.text).toBe('{"error":"Internal server error"}');
-    expect(res.headers.get("content-type")).toBe(JSON_TYPE);
-    expect(res.headers.get("x-request-id")).toMatch(UUID);
+    expectExactly(await call(), 500, '{"error":"Internal server error"}');
   });
 
   it("the checkout page answers its HTML 500 page", async () => {
