@@ -13,6 +13,7 @@ import { createDbProbe } from "../services/links/db-probe.js";
 import { createDbGate } from "../services/links/db-gate.js";
 import { createSweeper } from "../services/links/sweeper.js";
 import { pino } from "pino";
+import postgres from "postgres";
 import { createLogger } from "../services/shared/logger.js";
 import { api, startStack, type Stack, validLink } from "./support/stack.js";
 import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
@@ -318,6 +319,32 @@ describe("a LinkService whose own loop is blocked", () => {
     }
     expect(warnings).toEqual([]);
     expect(gate.available).toBe(true);
+  });
+});
+
+describe("a probe whose connection is cut", () => {
+  it("asks again on a new connection: pg_terminate_backend alone does not close the gate", async () => {
+    // A pooler restarting, an idle timeout or an operator's pg_terminate_backend
+    // cuts the probe's connection while the server serves on. The probe had
+    // failed on it, the gate had closed, and every call answered 503 until the
+    // next probe (CI saw it, 2026-11-28). Its own database: the stacks' pools are not cut.
+    const url = pg.url.replace(/\/paylink$/, "/postgres");
+    const probe = createDbProbe(url);
+    const admin = postgres(url, { max: 1, onnotice: () => {} });
+    const others = () => admin`select pid from pg_stat_activity where datname = 'postgres' and pid <> pg_backend_pid()`;
+    const sessions = new Set<number>();
+    try {
+      await probe.probe();
+      for (let round = 1; round <= 10; round++) {
+        await admin`select pg_terminate_backend(pid) from pg_stat_activity where datname = 'postgres' and pid <> pg_backend_pid()`;
+        await expect(probe.probe(), `the probe right after cut ${round}`).resolves.toBeUndefined();
+        for (const { pid } of await others()) sessions.add(pid as number);
+      }
+    } finally {
+      await admin.end();
+      await probe.close();
+    }
+    expect(sessions.size, "each cut took the probe's connection, and it opened another").toBeGreaterThanOrEqual(10);
   });
 });
 

@@ -16,7 +16,7 @@ import { NODE_FLAGS } from "../services/dev/node-flags.js";
 import { anyAddress } from "../services/shared/any-address.js";
 import { createDatabase } from "./support/database.js";
 import { canConnect, freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
-import { ENTRIES, type Proc, type Role, ROOT, spawnRole, startServices, waitListening, waitReady } from "./support/processes.js";
+import { ENTRIES, type Proc, type Role, ROOT, spawnRole, startNotifier, startServices, waitListening, waitReady } from "./support/processes.js";
 
 const read = (file: string) => readFileSync(path.join(ROOT, file), "utf8");
 
@@ -396,9 +396,9 @@ describe("SIGTERM under load", () => {
     // Slow enough that deliveries are under way when the signal comes.
     const slow = await slowReceiver(400);
     const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
-    const notifierPort = await freePort();
-    const env = { ...services.env, NOTIFIER_PORT: String(notifierPort) };
-    let notifier = spawnRole("notifier", env);
+    const first = await startNotifier(services.env);
+    const { port: notifierPort, env } = first;
+    let notifier = first.notifier;
     const delivered = new Set<string>();
     const seen: string[] = [];
     slow.server.on("request", (req) => {
@@ -411,7 +411,6 @@ describe("SIGTERM under load", () => {
       });
     });
     try {
-      await waitReady(`http://127.0.0.1:${notifierPort}/readyz`);
       // Readiness says what it rests on: the NATS connection and the consumer.
       const ready = await fetch(`http://127.0.0.1:${notifierPort}/readyz`).then((r) => r.json());
       expect(ready).toEqual({ status: "ready", nats: "connected", consumer: "consuming" });
@@ -437,11 +436,10 @@ describe("SIGTERM under load", () => {
     const requests: string[] = [];
     slow.server.on("request", (req) => requests.push(String(req.headers["webhook-id"])));
     const services = await startServices({ databaseUrl: database.url, natsUrl: nats.url });
-    const notifierPort = await freePort();
-    const env = { ...services.env, NOTIFIER_PORT: String(notifierPort) };
-    let notifier = spawnRole("notifier", env);
+    const first = await startNotifier(services.env);
+    const { env } = first;
+    let notifier = first.notifier;
     try {
-      await waitReady(`http://127.0.0.1:${notifierPort}/readyz`);
       await paidLink(services.gatewayUrl, slow.url);
       await waitFor(() => requests.length >= 1, 10_000);
       services.links.signal("SIGTERM");

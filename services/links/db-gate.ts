@@ -3,8 +3,8 @@
 // PROBE_EVERY_MS; when it does not answer within PROBE_TIMEOUT_MS the gate
 // closes: calls waiting on the database give up at once with UNAVAILABLE, and
 // new ones are refused before they queue. The first answer opens it again.
-// Only silence or a lost connection closes it: a server that answers with an
-// error (a database that does not exist) is reachable, and calls meet it.
+// Only silence, or an error that says PostgreSQL cannot be reached or used
+// (db-errors.ts), closes it: the probe asks again when its connection is cut.
 // Every call also gives up at its own deadline (ctx.signal), so no caller
 // waits on a frozen or restarting server longer than it asked to.
 import { Code, ConnectError } from "@connectrpc/connect";

@@ -3,7 +3,7 @@
 // half-dead connection is dropped with its connection, not queued behind.
 import { connectPostgres } from "./postgres-client.js";
 import { onSilence } from "../shared/with-timeout.js";
-import { DatabaseTimeout } from "./db-errors.js";
+import { DatabaseTimeout, isDatabaseUnavailable } from "./db-errors.js";
 
 /** How long start-up waits for PostgreSQL's first answer on a new connection. */
 export const FIRST_ANSWER_MS = 10_000;
@@ -25,25 +25,45 @@ export function createDbProbe(url: string, timeoutMs = 1_000) {
       onnotice: () => {},
     });
   let sql = open();
+  /** Drops the probe's connection (it gets no answer or was cut): the next ask opens another. */
+  const reopen = (current: typeof sql) => {
+    if (sql === current) sql = open();
+    void current.end({ timeout: 0 }).catch(() => {});
+  };
+  async function ask(limitMs: number): Promise<void> {
+    const current = sql;
+    let cancel: (() => void) | undefined;
+    try {
+      await Promise.race([
+        current`select 1`.catch((err: unknown) => {
+          if (isDatabaseUnavailable(err)) reopen(current);
+          throw err;
+        }),
+        new Promise((_, reject) => {
+          cancel = onSilence(limitMs, () => {
+            reopen(current);
+            reject(new DatabaseTimeout(`PostgreSQL did not answer within ${limitMs} ms`));
+          });
+        }),
+      ]);
+    } finally {
+      cancel!();
+    }
+  }
   return {
-    /** `select 1` within `limitMs` (the probe's own timeout unless told): a silent connection is dropped, and the next probe opens another. */
+    /**
+     * `select 1` within `limitMs` (the probe's own timeout unless told). A
+     * connection cut under it (a pooler or proxy restarting, an idle timeout,
+     * an operator's pg_terminate_backend) says nothing of the server: it asks
+     * once more on a new one. A refused connect fails that second ask at once.
+     */
     async probe(limitMs = timeoutMs): Promise<void> {
-      const current = sql;
-      let cancel: (() => void) | undefined;
+      const started = performance.now();
       try {
-        await Promise.race([
-          current`select 1`,
-          new Promise((_, reject) => {
-            cancel = onSilence(limitMs, () => {
-              // A server that does not answer keeps this connection busy: start afresh next time.
-              if (sql === current) sql = open();
-              void current.end({ timeout: 0 }).catch(() => {});
-              reject(new DatabaseTimeout(`PostgreSQL did not answer within ${limitMs} ms`));
-            });
-          }),
-        ]);
-      } finally {
-        cancel!();
+        await ask(limitMs);
+      } catch (err) {
+        if (err instanceof DatabaseTimeout || !isDatabaseUnavailable(err)) throw err;
+        await ask(Math.max(1, limitMs - (performance.now() - started)));
       }
     },
     close: () => sql.end({ timeout: 1 }),

@@ -92,20 +92,39 @@ interface ServicesOptions {
 }
 
 /**
- * A LinkService and a gateway as processes on free ports. A port found free
- * can be taken before the process binds it (by another file's listener, in
- * the seconds a LinkService takes to start): then again, on other ports.
+ * Runs `start` again (it picks other free ports) when a port it found free
+ * was taken before its process bound it: by another file's listener, in the
+ * seconds a process takes to start.
  */
-export async function startServices(opts: ServicesOptions): Promise<Awaited<ReturnType<typeof startServicesOnce>>> {
+async function againWhenPortTaken<T>(start: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startServicesOnce(opts);
+      return await start();
     } catch (err) {
       // The start-up line a service prints for it: "LINKS_PORT 41234 is in use by another program".
       if (attempt === 3 || !/_PORT \d+ is in use/.test(String(err))) throw err;
     }
   }
 }
+
+/** A LinkService and a gateway as processes on free ports. */
+export const startServices = (opts: ServicesOptions) => againWhenPortTaken(() => startServicesOnce(opts));
+
+/** A notifier as a process on a free port, ready (NATS connected, consuming); `env` is what it was started with. */
+export const startNotifier = (env: Record<string, string>) =>
+  againWhenPortTaken(async () => {
+    const port = await freePort();
+    const withPort = { ...env, NOTIFIER_PORT: String(port) };
+    const notifier = spawnRole("notifier", withPort);
+    try {
+      await waitReady(`http://127.0.0.1:${port}/readyz`, 30_000, notifier);
+    } catch (err) {
+      notifier.signal("SIGKILL");
+      await notifier.exited;
+      throw err;
+    }
+    return { notifier, port, env: withPort };
+  });
 
 async function startServicesOnce(opts: ServicesOptions) {
   const linksPort = await freePort();
