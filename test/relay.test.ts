@@ -209,6 +209,8 @@ it("sets aside rows it cannot read, so a batch of them never holds back the even
   }));
   await own.db.insert(outbox).values(unreadable);
   const ids = unreadable.map((row) => row.id);
+  // The tests after this one read every row's event.
+  cleanups.push(async () => void (await own.db.delete(outbox).where(inArray(outbox.id, ids))));
   const paid = await webhooks.pay({});
   const readable = () => db.select().from(outbox).where(notInArray(outbox.id, ids));
   await waitFor(async () => (await readable()).some((row) => fromBinary(EventSchema, row.payload).linkId === paid.linkId && row.publishedAt !== null), 5000);
@@ -241,4 +243,36 @@ it("waits on a stream it cannot use with one warning, not one a second, and goes
   await webhooks.pay({});
   await waitFor(async () => (await messages(topology.eventStream)) === 1, 2000);
   expect(lines.at(-1)).toMatchObject({ msg: "ensuring the event stream (events wait in the outbox) works again" });
+});
+
+it("while NATS is frozen, pays still answer and the relay stops within bounds; once it thaws, every event is published once", { timeout: 60_000 }, async () => {
+  const topology = uniqueTopology();
+  const { webhooks, db } = await stack({ pollIntervalMs: 50 }, topology);
+  await webhooks.relay!.whenReady();
+  const before = await webhooks.pay({});
+  await waitFor(async () => (await rowFor(db, before.linkId)).publishedAt !== null);
+  const later: string[] = [];
+  let stoppedIn = Infinity;
+  // SIGSTOP: the relay's connection stays open, and nothing answers on it.
+  nats.freeze();
+  try {
+    for (let i = 0; i < 5; i++) later.push((await webhooks.pay({})).linkId);
+    // Past a publish's 2 s timeout: the rows were tried, and they wait in the outbox.
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    for (const id of later) expect((await rowFor(db, id)).publishedAt).toBeNull();
+    // The LinkService's drain closes the relay: a silent NATS must not hold the drain (15 s in all).
+    const stopping = performance.now();
+    await webhooks.relay!.close();
+    stoppedIn = performance.now() - stopping;
+  } finally {
+    nats.thaw();
+  }
+  // It waits one NATS step (2 s) on the pass under way, then closes the connection under it.
+  expect(stoppedIn).toBeLessThan(5_000);
+  // A LinkService started again: its relay publishes what waited.
+  const relay = createRelay({ db, natsUrl: nats.url, clock: webhooks.stack.clock, logger: silent, topology, pollIntervalMs: 50 });
+  relay.start();
+  cleanups.push(relay.close);
+  for (const id of later) await waitFor(async () => (await rowFor(db, id)).publishedAt !== null, 10_000);
+  expect(await messages(topology.eventStream)).toBe(1 + later.length);
 });

@@ -7,7 +7,7 @@
 // side by side. NATS being down never blocks start-up or payments: rows
 // simply wait in the outbox.
 import { headers as natsHeaders, type JetStreamClient, type MsgHdrs, type NatsConnection } from "nats";
-import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology, watchConnection } from "../shared/jetstream.js";
+import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology, untilSilent, watchConnection } from "../shared/jetstream.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
@@ -215,6 +215,11 @@ export function createRelay(opts: RelayOptions): Relay {
     async close() {
       closed = true;
       clearInterval(poll);
+      // A pass under way gets its publishes acked. Past a silent NATS's step,
+      // closing the connection fails them at once: the pass commits what was
+      // acked, and the rest wait in the outbox for the next relay (the stream
+      // drops a copy it already holds, by Nats-Msg-Id).
+      if (!(await untilSilent(pumping))) await nc?.close().catch(() => {});
       await pumping;
       await cleaning;
       await nc?.close().catch(() => {});

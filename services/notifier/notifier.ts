@@ -21,11 +21,11 @@ import {
   ensureDeadLetterStream,
   ensureEventStream,
   type Topology,
+  untilSilent,
   watchConnection,
 } from "../shared/jetstream.js";
 import { createMetrics } from "./metrics.js";
 import { currentTrace, traceHeaders } from "../shared/trace-context.js";
-import { withTimeout } from "../shared/with-timeout.js";
 
 export interface NotifierOptions {
   natsUrl: string;
@@ -61,20 +61,6 @@ export interface NotifierOptions {
 const PULL_EXPIRES_MS = 3_000;
 // Well inside the consumer's 30 s ack_wait.
 const WORKING_EVERY_MS = 5_000;
-// How long stopping waits on NATS for each of its steps (a pull's close, a
-// connect or request under way, the drain). A server that accepts and never
-// speaks, or one frozen, answers none of them, and the drain would wait for
-// the process's 15 s cut. What is left unacked then, JetStream hands out
-// again after ack_wait: delivery is at least once.
-const NATS_STOP_STEP_MS = 2_000;
-
-/** True once `work` has settled, false once NATS has been silent on it for NATS_STOP_STEP_MS. */
-const untilSilent = (work: Promise<unknown> | undefined): Promise<boolean> =>
-  withTimeout(Promise.resolve(work).catch(() => {}), NATS_STOP_STEP_MS, "NATS").then(
-    () => true,
-    () => false,
-  );
-
 export async function startNotifier(opts: NotifierOptions) {
   const { logger } = opts;
   const topology: Topology = {

@@ -17,6 +17,7 @@ import {
 import { natsConnection, redactNatsUrl } from "./config.js";
 import type { Logger } from "./logger.js";
 import { covers, overlaps } from "./nats-subjects.js";
+import { withTimeout } from "./with-timeout.js";
 
 export interface Topology {
   eventStream: string;
@@ -204,6 +205,21 @@ function withOurSubjects(stream: string, held: string[], ours: string[]): string
  * connected the client reconnects forever on its own. Answers undefined when
  * stopped first.
  */
+// How long stopping waits on NATS for each of its steps (a pull's close, a
+// publish, a connect or request under way, the drain). A server that accepts
+// and never speaks, or one frozen, answers none of them, and a drain would
+// wait for the process's 15 s cut. What is left undone then is done again:
+// JetStream hands an unacked message out again after ack_wait, and an
+// unpublished outbox row waits for the next relay.
+const NATS_STOP_STEP_MS = 2_000;
+
+/** True once `work` has settled, false once NATS has been silent on it for NATS_STOP_STEP_MS. */
+export const untilSilent = (work: Promise<unknown> | undefined): Promise<boolean> =>
+  withTimeout(Promise.resolve(work).catch(() => {}), NATS_STOP_STEP_MS, "NATS").then(
+    () => true,
+    () => false,
+  );
+
 export async function connectForever(opts: {
   natsUrl: string;
   name: string;
