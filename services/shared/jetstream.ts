@@ -200,11 +200,6 @@ function withOurSubjects(stream: string, held: string[], ours: string[]): string
   return subjects;
 }
 
-/**
- * Connects, retrying until it succeeds or `stopped()` says to give up; once
- * connected the client reconnects forever on its own. Answers undefined when
- * stopped first.
- */
 // How long stopping waits on NATS for each of its steps (a pull's close, a
 // publish, a connect or request under way, the drain). A server that accepts
 // and never speaks, or one frozen, answers none of them, and a drain would
@@ -220,6 +215,11 @@ export const untilSilent = (work: Promise<unknown> | undefined): Promise<boolean
     () => false,
   );
 
+/**
+ * Connects, retrying until it succeeds or `stopped()` says to give up; once
+ * connected the client reconnects forever on its own. Answers undefined when
+ * stopped first.
+ */
 export async function connectForever(opts: {
   natsUrl: string;
   name: string;
