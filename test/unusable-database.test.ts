@@ -129,6 +129,27 @@ describe("a database gone from under the service (3D000)", () => {
   });
 });
 
+describe("a database that takes no new connections (55000)", () => {
+  const running = onNewDatabase("paylink_closed");
+
+  // ALTER DATABASE ... ALLOW_CONNECTIONS false, as for maintenance: it had answered 500, an error line per request.
+  it("answers 503 while it allows none, and creates again once it does", async () => {
+    const { stack, lines, database } = running;
+    const id = await createOne(stack);
+    const name = nameOf(database.url);
+    const admin = postgres(adminUrl(), { max: 1, onnotice: () => {} });
+    try {
+      await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
+      await cutSessions(admin, name);
+      await expectUnavailable(stack, lines, id);
+    } finally {
+      await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
+      await admin.end();
+    }
+    await expectCreatesAgain(stack);
+  });
+});
+
 describe("a role PostgreSQL no longer lets in (class 28)", () => {
   const role = `paylink_role_${process.pid}_${Date.now()}`;
   let database: Database;

@@ -26,10 +26,12 @@ const DRIVER_CODES = new Set([
 // class 53 (insufficient resources: a full disk, out of memory, too many
 // connections), a server that cannot write (25006: a standby after a
 // failover, or a database made read-only), and a new session refused because
-// the database is gone (3D000) or our role or password is (class 28: a
-// rotated password, a revoked login). Those last two are the operator's to
-// mend, not the request's fault: a 503 and a warning, never a 500 per request.
-const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53...|25006|3D000|28...)$/;
+// the database is gone (3D000), takes no connections (55000: ALLOW_CONNECTIONS
+// false, as for maintenance; none of our statements raises 55000 otherwise),
+// or our role or password is refused (class 28: a rotated password, a revoked
+// login). Those are the operator's to mend, not the request's fault: a 503 and
+// a warning, never a 500 per request.
+const UNAVAILABLE_SQLSTATE = /^(08...|57P0[123]|57014|53...|25006|3D000|55000|28...)$/;
 
 /** PostgreSQL gave no answer in time: as unreachable as a refused connection. */
 export class DatabaseTimeout extends Error {
