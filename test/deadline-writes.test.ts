@@ -47,36 +47,48 @@ const PROTOCOLS = [
   { contentType: "application/grpc-web+proto", body: (r: CreateLinkRequest) => toBinary(CreateLinkRequestSchema, r) },
 ];
 
+/** A raw call of `path` with `grpc-timeout: timeout`; answers its grpc-status (gRPC-Web's from its body). */
+async function rawCall(path: string, contentType: string, timeout: string, headers: Record<string, string>, payload: Uint8Array) {
+  const session = http2.connect(stack.linksUrl);
+  try {
+    const req = session.request({ ":method": "POST", ":path": path, "content-type": contentType, te: "trailers", "grpc-timeout": timeout, ...headers });
+    return await new Promise<string | undefined>((resolve, reject) => {
+      let grpcStatus: string | undefined;
+      const chunks: Buffer[] = [];
+      req.on("response", (h) => (grpcStatus ??= h["grpc-status"] as string | undefined));
+      req.on("trailers", (t) => (grpcStatus ??= t["grpc-status"] as string | undefined));
+      req.on("data", (c: Buffer) => chunks.push(c));
+      // gRPC-Web sends its trailers in the body.
+      req.on("end", () => resolve(grpcStatus ?? /grpc-status:\s*(\d+)/.exec(Buffer.concat(chunks).toString("latin1"))?.[1]));
+      req.on("error", reject);
+      req.end(grpcFrame(payload));
+    });
+  } finally {
+    session.close();
+  }
+}
+
 describe.each(PROTOCOLS)("over $contentType", ({ contentType, body }) => {
   it.each(["0S", "0n", "500u", "999u"])("runs no handler for a deadline already past on arrival (grpc-timeout %s)", async (timeout) => {
     const clientId = `deadline-arrival-${contentType.replace(/\W/g, "-")}-${timeout}`;
-    const session = http2.connect(stack.linksUrl);
-    try {
-      const req = session.request({
-        ":method": "POST",
-        ":path": "/paylink.v1.LinkService/CreateLink",
-        "content-type": contentType,
-        te: "trailers",
-        "grpc-timeout": timeout,
-        ...(await stack.merchantHeaders(clientId)),
-      });
-      const status = await new Promise<string | undefined>((resolve, reject) => {
-        let grpcStatus: string | undefined;
-        const chunks: Buffer[] = [];
-        req.on("response", (h) => (grpcStatus ??= h["grpc-status"] as string | undefined));
-        req.on("trailers", (t) => (grpcStatus ??= t["grpc-status"] as string | undefined));
-        req.on("data", (c: Buffer) => chunks.push(c));
-        // gRPC-Web sends its trailers in the body.
-        req.on("end", () => resolve(grpcStatus ?? /grpc-status:\s*(\d+)/.exec(Buffer.concat(chunks).toString("latin1"))?.[1]));
-        req.on("error", reject);
-        req.end(grpcFrame(body(request("late"))));
-      });
-      expect(status).toBe(String(Code.DeadlineExceeded));
-    } finally {
-      session.close();
-    }
+    const headers = await stack.merchantHeaders(clientId);
+    const status = await rawCall("/paylink.v1.LinkService/CreateLink", contentType, timeout, headers, body(request("late")));
+    expect(status).toBe(String(Code.DeadlineExceeded));
     // Whatever the handler's timer would have done, the create must not have run at all.
     await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await linksOf(clientId)).toEqual([]);
+  });
+
+  // Its thousand items are validated in one stretch of work, during which the deadline's timer cannot fire: the
+  // group commit had asked only the call's signal, which still said "not yet", and inserted all of them after the
+  // deadline (a gRPC reviewer's find: 1,000 rows for a 5 ms deadline, on every protocol).
+  it("makes no create of a BatchCreateLinks whose deadline passes while its items are validated", async () => {
+    const clientId = `deadline-batch-${contentType.replace(/\W/g, "-")}`;
+    const batch = create(BatchCreateLinksRequestSchema, { items: Array.from({ length: 1000 }, (_, i) => ({ clientId, request: request(`item ${i}`) })) });
+    const payload = contentType.includes("json") ? new TextEncoder().encode(toJsonString(BatchCreateLinksRequestSchema, batch)) : toBinary(BatchCreateLinksRequestSchema, batch);
+    const status = await rawCall("/paylink.v1.LinkService/BatchCreateLinks", contentType, "2m", await stack.merchantHeaders(clientId), payload);
+    expect(status).toBe(String(Code.DeadlineExceeded));
+    await new Promise((resolve) => setTimeout(resolve, 300));
     expect(await linksOf(clientId)).toEqual([]);
   });
 });

@@ -68,7 +68,7 @@ export function createBatchStreams(options: BatchStreamOptions) {
     const procedure = procedureOf(call);
     // A get past its deadline writes nothing: it keeps the stream's context,
     // without the cost of a signal of its own (2–3 µs of CPU per get here).
-    const own = call.call.case === "createLinks" ? callContext(stream) : streamContext(stream);
+    const own = call.call.case === "createLinks" ? callContext(stream, call.timeoutMs ? deadlineOf(call) : undefined) : streamContext(stream);
     return answerWithin(call, own, procedure).then((result) => {
       own.done();
       options.observe?.(procedure, result, call.call.value?.items.length ?? 0, (performance.now() - started) / 1000);
@@ -291,17 +291,22 @@ interface CallContext {
 
 /**
  * A create's own view of its stream's context: a signal that aborts at the
- * call's deadline (answerWithin) or when the stream is gone, so that a create
+ * call's deadline (answerWithin) or when the stream is gone, and the call's
+ * own deadline (the database gate notes it: call-deadline.ts), so that a create
  * whose caller stopped waiting is left out of its group commit, as on a unary
  * call. Everything else is the stream's.
  */
-function callContext(stream: HandlerContext): CallContext {
+function callContext(stream: HandlerContext, timeoutMs: number | undefined): CallContext {
   const controller = new AbortController();
   const follow = () => controller.abort(stream.signal.reason);
   if (stream.signal.aborted) follow();
   else stream.signal.addEventListener("abort", follow, { once: true });
+  const end = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
   return {
-    ctx: Object.create(stream, { signal: { value: controller.signal } }) as HandlerContext,
+    ctx: Object.create(stream, {
+      signal: { value: controller.signal },
+      timeoutMs: { value: () => (end === undefined ? undefined : end - performance.now()) },
+    }) as HandlerContext,
     abort: (reason) => controller.abort(reason),
     done: () => stream.signal.removeEventListener("abort", follow),
   };

@@ -9,6 +9,7 @@
 // waits on a frozen or restarting server longer than it asked to.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../shared/logger.js";
+import { noteDeadline } from "../shared/call-deadline.js";
 import { onSilence } from "../shared/with-timeout.js";
 import { DatabaseTimeout, databaseUnavailable, isDatabaseUnavailable } from "./db-errors.js";
 
@@ -117,14 +118,16 @@ function deadlineError(signal: AbortSignal): ConnectError {
 
 export type DbGate = ReturnType<typeof createDbGate>;
 
-/** Every handler of a service implementation, run through the gate with its call's signal. */
+/** Every handler of a service implementation, run through the gate with its call's signal, its deadline noted (call-deadline.ts). */
 export function gated<T extends object>(impl: T, gate: DbGate): T {
   const out: Record<string, unknown> = {};
   for (const [name, fn] of Object.entries(impl)) {
     out[name] =
       typeof fn === "function"
-        ? (req: unknown, ctx: { signal?: AbortSignal } | undefined) =>
-            gate.run(() => Promise.resolve(fn.call(impl, req, ctx)), ctx?.signal)
+        ? (req: unknown, ctx: { signal: AbortSignal; timeoutMs(): number | undefined } | undefined) => {
+            if (ctx) noteDeadline(ctx.signal, ctx.timeoutMs());
+            return gate.run(() => Promise.resolve(fn.call(impl, req, ctx)), ctx?.signal);
+          }
         : fn;
   }
   return out as T;

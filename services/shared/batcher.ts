@@ -5,6 +5,7 @@
 // spreads the fixed cost of a call or a commit over everything that queued.
 // A second slot can be kept for full batches only (overlapFrom): a call
 // beside one in flight then goes only when enough items wait to pay for it.
+import { gaveUp, whyGivenUp } from "./call-deadline.js";
 
 export interface BatcherOptions {
   /** Batches running at once. */
@@ -29,9 +30,9 @@ export type BatchRun<I, O> = (items: I[]) => Promise<(O | Error)[]>;
 export interface Batcher<I, O> {
   /**
    * Queues the item; with a signal, an item whose caller gave up (its
-   * deadline passed, it went away) before its batch leaves is not sent, and
-   * fails with the signal's reason: a write its caller was told had failed
-   * must not happen after all.
+   * deadline passed, as the signal or its noted deadline says, or it went
+   * away) before its batch leaves is not sent, and fails with the reason:
+   * a write its caller was told had failed must not happen after all.
    */
   add(item: I, signal?: AbortSignal): Promise<O>;
 }
@@ -67,7 +68,8 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
   }
 
   async function send(waiting: Waiting<I, O>[]) {
-    const batch = waiting.some((w) => w.signal?.aborted) ? dropGivenUp(waiting) : waiting;
+    const now = performance.now();
+    const batch = waiting.some((w) => w.signal && gaveUp(w.signal, now)) ? dropGivenUp(waiting, now) : waiting;
     if (batch.length === 0) {
       inFlight--;
       pump();
@@ -95,9 +97,13 @@ export function createBatcher<I, O>(run: BatchRun<I, O>, options: BatcherOptions
     else settle();
   }
 
-  function dropGivenUp(waiting: Waiting<I, O>[]): Waiting<I, O>[] {
-    for (const w of waiting) if (w.signal?.aborted) w.reject(w.signal.reason);
-    return waiting.filter((w) => !w.signal?.aborted);
+  function dropGivenUp(waiting: Waiting<I, O>[], now: number): Waiting<I, O>[] {
+    const kept: Waiting<I, O>[] = [];
+    for (const w of waiting) {
+      if (w.signal && gaveUp(w.signal, now)) w.reject(whyGivenUp(w.signal));
+      else kept.push(w);
+    }
+    return kept;
   }
 
   return {
