@@ -68,6 +68,18 @@ async function createOne(stack: Stack): Promise<string> {
   return (res.body as { id: string }).id;
 }
 
+/** Made unusable by `make`: every call a 503 (expectUnavailable); undone by `undo`: creates again. */
+async function expectUnavailableWhile(running: { stack: Stack; lines: string[] }, make: () => Promise<unknown>, undo: () => Promise<unknown>) {
+  const id = await createOne(running.stack);
+  try {
+    await make();
+    await expectUnavailable(running.stack, running.lines, id);
+  } finally {
+    await undo();
+  }
+  await expectCreatesAgain(running.stack);
+}
+
 describe("a database that cannot write", () => {
   const running = onNewDatabase("paylink_ro");
 
@@ -102,9 +114,7 @@ describe("a database gone from under the service (3D000)", () => {
 
   // It had answered 500 `Internal server error`, with an error line in both processes, per request.
   it("answers 503 while it is renamed away, and creates again once it is back", async () => {
-    const { stack, lines, database } = running;
-    const id = await createOne(stack);
-    const name = nameOf(database.url);
+    const name = nameOf(running.database.url);
     const away = `${name}_away`;
     const admin = postgres(adminUrl(), { max: 1, onnotice: () => {} });
     // The pool may reconnect between the cut and the rename: try again until none is connected.
@@ -119,13 +129,10 @@ describe("a database gone from under the service (3D000)", () => {
       }
     };
     try {
-      await rename(name, away);
-      await expectUnavailable(stack, lines, id);
+      await expectUnavailableWhile(running, () => rename(name, away), () => rename(away, name));
     } finally {
-      await rename(away, name);
       await admin.end();
     }
-    await expectCreatesAgain(stack);
   });
 });
 
@@ -134,19 +141,20 @@ describe("a database that takes no new connections (55000)", () => {
 
   // ALTER DATABASE ... ALLOW_CONNECTIONS false, as for maintenance: it had answered 500, an error line per request.
   it("answers 503 while it allows none, and creates again once it does", async () => {
-    const { stack, lines, database } = running;
-    const id = await createOne(stack);
-    const name = nameOf(database.url);
+    const name = nameOf(running.database.url);
     const admin = postgres(adminUrl(), { max: 1, onnotice: () => {} });
     try {
-      await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
-      await cutSessions(admin, name);
-      await expectUnavailable(stack, lines, id);
+      await expectUnavailableWhile(
+        running,
+        async () => {
+          await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
+          await cutSessions(admin, name);
+        },
+        () => admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`),
+      );
     } finally {
-      await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
       await admin.end();
     }
-    await expectCreatesAgain(stack);
   });
 });
 
@@ -174,15 +182,13 @@ describe("a role PostgreSQL no longer lets in (class 28)", () => {
   });
 
   it("answers 503 while its login is revoked, and creates again once it is restored", async () => {
-    const { stack, lines } = running;
-    const id = await createOne(stack);
-    try {
-      await admin.unsafe(`ALTER ROLE ${role} NOLOGIN`);
-      await cutSessions(admin, nameOf(database.url));
-      await expectUnavailable(stack, lines, id);
-    } finally {
-      await admin.unsafe(`ALTER ROLE ${role} LOGIN`);
-    }
-    await expectCreatesAgain(stack);
+    await expectUnavailableWhile(
+      running,
+      async () => {
+        await admin.unsafe(`ALTER ROLE ${role} NOLOGIN`);
+        await cutSessions(admin, nameOf(database.url));
+      },
+      () => admin.unsafe(`ALTER ROLE ${role} LOGIN`),
+    );
   });
 });
