@@ -1522,7 +1522,10 @@ export const LinkService: GenService<{
    * with other items and other calls (group commit). The items of one call
    * are not all-or-nothing: a call that fails as a whole (UNAVAILABLE,
    * DEADLINE_EXCEEDED) may have created some of them, so give each an
-   * idempotency_key, which keeps its single-call meaning, and retry.
+   * idempotency_key, which keeps its single-call meaning, and retry. Items
+   * run at once, as concurrent CreateLink calls would: two items with one
+   * key are two tries at once, and one of them may be ABORTED
+   * IDEMPOTENCY_KEY_IN_USE (or IDEMPOTENCY_KEY_REUSED) rather than a replay.
    *
    * @generated from rpc paylink.v1.LinkService.BatchCreateLinks
    */
