@@ -106,16 +106,18 @@ it("re-publishing an event is dropped by the stream (Nats-Msg-Id)", async () => 
   expect(await messages(topology.eventStream)).toBe(1);
 });
 
-it("marks a row published only after JetStream acks it", async () => {
+it("marks a row published only after JetStream acks it, and warns once while the stream refuses", async () => {
   const topology = uniqueTopology();
-  // A stream that takes one message and refuses the rest.
+  // A stream that takes one message and refuses the rest, as a full one does.
   await jsm.streams.add({
     name: topology.eventStream,
     subjects: [`${topology.eventSubjectPrefix}.>`],
     max_msgs: 1,
     discard: DiscardPolicy.New,
   });
-  const { webhooks, db } = await stack({ pollIntervalMs: 50 }, topology);
+  const lines: { level: number; msg: string }[] = [];
+  const logger = createLogger("links", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+  const { webhooks, db } = await stack({ pollIntervalMs: 50, logger }, topology);
   await webhooks.relay!.whenReady();
 
   const first = await webhooks.pay({});
@@ -129,6 +131,12 @@ it("marks a row published only after JetStream acks it", async () => {
   await jsm.streams.update(topology.eventStream, { max_msgs: -1 });
   await waitFor(async () => (await rowFor(db, second.linkId)).publishedAt !== null);
   expect(await messages(topology.eventStream)).toBe(2);
+  // It had warned, with the error's stacks, on every pass (every second, by default) while the stream refused.
+  const about = lines.filter((l) => l.msg.startsWith("publishing to JetStream"));
+  expect(about.map(({ level, msg }) => ({ level, msg }))).toEqual([
+    { level: 40, msg: "publishing to JetStream (events wait in the outbox) failed" },
+    { level: 30, msg: "publishing to JetStream (events wait in the outbox) works again" },
+  ]);
 });
 
 it("two relays share the outbox without publishing a row twice", async () => {

@@ -52,6 +52,9 @@ export function createRelay(opts: RelayOptions): Relay {
   const cleanupPass = passLog(logger, "outbox cleanup");
   // Polled every second while it fails (a stream an operator must mend, a cluster without quorum): one line a minute.
   const streamPass = passLog(logger, "ensuring the event stream (events wait in the outbox)", { level: "warn" });
+  // A stream that takes no more (full, its store exhausted) refuses every
+  // publish until an operator mends it: one warning, not one a poll.
+  const publishPass = passLog(logger, "publishing to JetStream (events wait in the outbox)", { level: "warn" });
   const pollIntervalMs = opts.pollIntervalMs ?? 1000;
   const retentionMs = opts.retentionMs ?? 86_400_000;
   const cleanupIntervalMs = opts.cleanupIntervalMs ?? 60_000;
@@ -112,9 +115,7 @@ export function createRelay(opts: RelayOptions): Relay {
       const acked = sendable.filter((_, i) => results[i]!.status === "fulfilled").map(({ row }) => row.id);
       await markPublished(tx, acked, clock.now());
       const failures = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
-      if (failures.length > 0) {
-        logger.warn({ err: failures[0]!.reason, failed: failures.length }, "rows not published (JetStream did not ack); they stay in the outbox");
-      }
+      if (sendable.length > 0) await publishPass(failures.length > 0 ? Promise.reject(failures[0]!.reason) : Promise.resolve());
       return { claimed: rows.length, failed: failures.length };
     });
   }
