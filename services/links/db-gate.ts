@@ -9,7 +9,7 @@
 // waits on a frozen or restarting server longer than it asked to.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../shared/logger.js";
-import { noteDeadline } from "../shared/call-deadline.js";
+import { gaveUp, noteDeadline, whyGivenUp } from "../shared/call-deadline.js";
 import { onSilence } from "../shared/with-timeout.js";
 import { DatabaseTimeout, databaseUnavailable, isDatabaseUnavailable } from "./db-errors.js";
 
@@ -102,7 +102,10 @@ export function createDbGate(opts: DbGateOptions) {
         waiting.add(onLost);
         signal?.addEventListener("abort", onAbort);
         work().then(
-          (value) => settle(() => resolve(value)),
+          // Done past its deadline by the clock, in a stretch of work during
+          // which the deadline's timer could not fire: answered as the timer
+          // would have (the caller's own deadline has passed too).
+          (value) => settle(() => (signal && gaveUp(signal) ? reject(whyGivenUp(signal)) : resolve(value))),
           (err: unknown) => settle(() => reject(isDatabaseUnavailable(err) ? databaseUnavailable(err) : err)),
         );
       });

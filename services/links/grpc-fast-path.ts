@@ -80,14 +80,12 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
 
   const abort = new AbortController();
   let answered = false;
-  const late = () => new ConnectError(`the call did not finish within ${deadline.timeoutMs} ms`, Code.DeadlineExceeded);
-  const end = deadline.timeoutMs === undefined ? undefined : performance.now() + deadline.timeoutMs;
   const timer =
     deadline.timeoutMs === undefined
       ? undefined
       : setTimeout(() => {
           abort.abort();
-          finish(late());
+          finish(new ConnectError(`the call did not finish within ${deadline.timeoutMs} ms`, Code.DeadlineExceeded));
         }, deadline.timeoutMs);
   // The caller went away: stop caring about the answer.
   res.once("close", () => {
@@ -100,10 +98,6 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
     answered = true;
     clearTimeout(timer);
     if (res.stream.destroyed || res.stream.closed) return;
-    // Done past the deadline, by the clock, in a stretch of work during which
-    // its timer could not fire: answered as the timer would have, as
-    // connect's adapter answers such a call.
-    if (end !== undefined && !(outcome instanceof ConnectError) && performance.now() >= end) outcome = late();
     if (outcome instanceof ConnectError) return answerError(res, outcome);
     const frame = Buffer.allocUnsafe(5 + outcome.length);
     frame[0] = 0;

@@ -19,4 +19,4 @@ export function gaveUp(signal: AbortSignal, now = performance.now()): boolean {
 
 /** Why: the signal's reason, or DEADLINE_EXCEEDED. */
 export const whyGivenUp = (signal: AbortSignal): unknown =>
-  signal.aborted ? signal.reason : new ConnectError("the call's deadline passed before its write left", Code.DeadlineExceeded);
+  signal.aborted ? signal.reason : new ConnectError("the call ran past its deadline", Code.DeadlineExceeded);
