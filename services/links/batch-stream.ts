@@ -25,6 +25,7 @@ import {
   BatchGetLinksResponseSchema,
   type LinkService,
 } from "../../proto/gen/paylink/v1/link_service_pb.js";
+import { noteDeadline } from "../shared/call-deadline.js";
 import { statusFromError } from "../shared/rpc-status.js";
 import { MAX_TIMER_MS } from "./deadlines.js";
 
@@ -291,8 +292,8 @@ interface CallContext {
 
 /**
  * A create's own view of its stream's context: a signal that aborts at the
- * call's deadline (answerWithin) or when the stream is gone, and the call's
- * own deadline (the database gate notes it: call-deadline.ts), so that a create
+ * call's deadline (answerWithin) or when the stream is gone, its deadline
+ * noted beside it (call-deadline.ts), so that a create
  * whose caller stopped waiting is left out of its group commit, as on a unary
  * call. Everything else is the stream's.
  */
@@ -301,12 +302,9 @@ function callContext(stream: HandlerContext, timeoutMs: number | undefined): Cal
   const follow = () => controller.abort(stream.signal.reason);
   if (stream.signal.aborted) follow();
   else stream.signal.addEventListener("abort", follow, { once: true });
-  const end = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
+  noteDeadline(controller.signal, timeoutMs);
   return {
-    ctx: Object.create(stream, {
-      signal: { value: controller.signal },
-      timeoutMs: { value: () => (end === undefined ? undefined : end - performance.now()) },
-    }) as HandlerContext,
+    ctx: Object.create(stream, { signal: { value: controller.signal } }) as HandlerContext,
     abort: (reason) => controller.abort(reason),
     done: () => stream.signal.removeEventListener("abort", follow),
   };
