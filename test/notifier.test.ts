@@ -339,6 +339,29 @@ describe("health", () => {
     expect(during.map((l) => l.msg)).toContain("NATS connection lost; waiting for it to come back");
   }, 40_000);
 
+  it("turns not ready within 2 s when NATS freezes, and ready again when it thaws", async () => {
+    // The default 3 s pulls: the consumer's own window would take 8 s to call
+    // it stalled, and the client says "connected" for 20 s.
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.close());
+    const notifier = await natsOnlyNotifier(nats.url, { pullExpiresMs: 3_000 });
+    cleanups.push(notifier.close);
+    await notifier.whenReady();
+    const readyz = async () => {
+      const res = await fetch(`http://127.0.0.1:${notifier.port}/readyz`);
+      return { status: res.status, body: (await res.json()) as Record<string, string> };
+    };
+    expect((await readyz()).status).toBe(200);
+    nats.freeze();
+    const frozenAt = Date.now();
+    await waitFor(async () => (await readyz()).status === 503, 10_000);
+    expect(Date.now() - frozenAt).toBeLessThan(2_000);
+    expect((await readyz()).body).toMatchObject({ status: "not ready", nats: "silent" });
+    nats.thaw();
+    await waitFor(async () => (await readyz()).status === 200, 10_000);
+    expect((await readyz()).body).toMatchObject({ nats: "connected", consumer: "consuming" });
+  }, 30_000);
+
   it("is not ready while NATS is unreachable, and is alive all the same", async () => {
     const notifier = await natsOnlyNotifier("nats://127.0.0.1:1", { reconnectWaitMs: 50 });
     cleanups.push(notifier.close);

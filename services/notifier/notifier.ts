@@ -22,6 +22,7 @@ import {
   ensureEventStream,
   type Topology,
   untilSilent,
+  watchAnswers,
   watchConnection,
 } from "../shared/jetstream.js";
 import { createMetrics } from "./metrics.js";
@@ -93,6 +94,7 @@ export async function startNotifier(opts: NotifierOptions) {
   let nc: NatsConnection | undefined;
   let messages: ConsumerMessages | undefined;
   let connected = false;
+  let answers: ReturnType<typeof watchAnswers> | undefined;
   let stopping = false;
   const inflight = new Set<Promise<void>>();
   let markReady: () => void = () => {};
@@ -114,12 +116,14 @@ export async function startNotifier(opts: NotifierOptions) {
   let lastPullAt = 0;
   const consumerHealthy = () =>
     inflight.size >= concurrency || Date.now() - lastPullAt < pullExpiresMs * 2 + 2_000;
+  // "connected" is the client's word; a frozen server keeps it for 20 s.
+  const natsState = () => (!connected ? "disconnected" : answers && !answers.answering() ? "silent" : "connected");
   const health = await serveHealth({
     port: opts.port,
     host: opts.host,
-    ready: () => connected && consumerHealthy() && !stopping,
+    ready: () => natsState() === "connected" && consumerHealthy() && !stopping,
     details: () => ({
-      nats: connected ? "connected" : "disconnected",
+      nats: natsState(),
       consumer: stopping ? "draining" : consumerHealthy() ? "consuming" : "stalled",
     }),
     metrics,
@@ -236,6 +240,7 @@ export async function startNotifier(opts: NotifierOptions) {
     });
     if (!conn) return;
     nc = conn;
+    answers = watchAnswers(conn);
     connected = true;
     metrics.natsConnected(true);
     void watch(conn);
@@ -256,6 +261,7 @@ export async function startNotifier(opts: NotifierOptions) {
     whenReady: () => ready,
     async close() {
       stopping = true;
+      answers?.stop();
       await untilSilent(messages?.close());
       // Attempts under way finish (each within the delivery timeout) and ack.
       await Promise.allSettled([...inflight]);

@@ -267,3 +267,28 @@ export async function watchConnection(
     else if (status.type === "reconnect") await on.reconnect();
   }
 }
+
+/**
+ * Whether the server still answers. A frozen server, or a socket that went
+ * half-open, leaves the client "connected" until its own pings give up
+ * (pingInterval × maxPingOut, 20 s here), while readiness must turn within
+ * 2 s (CONTRACT "Timeouts"). So one PING is kept asked, and the server is
+ * silent once an answer is owed for longer than silentAfterMs. A reconnect
+ * fails the PING owed, so the next one goes on the new connection.
+ */
+export function watchAnswers(conn: NatsConnection, opts: { everyMs?: number; silentAfterMs?: number } = {}) {
+  const silentAfterMs = opts.silentAfterMs ?? 1_000;
+  let owedSince: number | undefined;
+  const ask = () => {
+    if (owedSince !== undefined || conn.isClosed()) return;
+    owedSince = Date.now();
+    const answered = () => void (owedSince = undefined);
+    conn.flush().then(answered, answered);
+  };
+  const timer = setInterval(ask, opts.everyMs ?? 500);
+  timer.unref();
+  return {
+    answering: () => owedSince === undefined || Date.now() - owedSince < silentAfterMs,
+    stop: () => clearInterval(timer),
+  };
+}
