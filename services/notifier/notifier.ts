@@ -58,7 +58,7 @@ export interface NotifierOptions {
   pullExpiresMs?: number;
 }
 
-// Short pulls: a pull lost with its node is replaced within this (CONTRACT: resume within 5 s).
+// Short pulls: a pull lost with its node or connection is replaced within this.
 const PULL_EXPIRES_MS = 3_000;
 // Well inside the consumer's 30 s ack_wait.
 const WORKING_EVERY_MS = 5_000;
