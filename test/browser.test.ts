@@ -197,13 +197,16 @@ it("pays by card after a decline, lands on redirect_url, and the link then shows
 
 it("works on a phone-sized screen and by keyboard alone", async () => {
   const link = await createLink({
-    description: "Monthly subscription — 1 × espresso beans, delivered",
-    items: [{ name: "Espresso beans with a rather long product name that must wrap", quantity: 3, amount: 14.15 }],
+    description: "Monthly subscription — 1 × espresso beans, delivered\nEvery first Monday",
+    items: [{ name: "Espresso beans with a rather long product name that must wrap", quantity: 3, amount: 14.15, description: "Whole bean\nMedium roast" }],
   });
   const { page, problems, close } = await newPage({ viewport: { width: 375, height: 740 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
   await page.goto(link.url);
   // Nothing wider than the screen.
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+  // The merchant's line breaks are kept.
+  expect(await page.locator(".description").innerText()).toBe("Monthly subscription — 1 × espresso beans, delivered\nEvery first Monday");
+  expect(await page.locator(".item-desc").innerText()).toBe("Whole bean\nMedium roast");
   await shot(page, "phone");
 
   // Tab into the method choice, switch to bank transfer with an arrow key, Tab to Pay.
@@ -506,23 +509,57 @@ it("sends a customer whose answer was lost on to redirect_url from the reloaded 
   await close();
 }, 40_000);
 
-it("words a proxy's own error page (HTML, no JSON) once: a 502 is asked again, then \"Please try again.\" once", async () => {
+it("words a proxy's own error page (HTML, no JSON) once, and asks again after one whatever its status: it is not the service's answer", async () => {
   const link = await createLink({ description: "Order #2004" });
   const { page, close } = await newPage();
   let status = 502;
-  await page.route("**/pay", (route) =>
-    route.fulfill({ status, contentType: "text/html", body: "<html><body><h1>502 Bad Gateway</h1></body></html>" }),
-  );
+  let tries = 0;
+  await page.route("**/pay", (route) => {
+    tries++;
+    return route.fulfill({ status, contentType: "text/html", body: `<html><body><h1>${status}</h1></body></html>` });
+  });
   await page.goto(link.url);
   await page.locator("#method-bank_transfer").check();
   const pay = page.getByRole("button", { name: "Pay $42.50" });
   await pay.click();
   await expect.poll(() => page.locator("#status").innerText(), { timeout: 20_000 }).toBe("Something went wrong. Please try again.");
-  status = 404;
-  await pay.click();
-  await expect.poll(() => page.locator("#status").innerText()).toBe("Something went wrong.");
+  expect(tries).toBe(6);
+  // A firewall's 404 or 200 page is no more an answer than a 502.
+  for (const next of [404, 200]) {
+    status = next;
+    const before = tries;
+    await pay.click();
+    await expect.poll(() => tries, { timeout: 20_000 }).toBe(before + 6);
+    await expect.poll(() => page.locator("#status").innerText(), { timeout: 5_000 }).toBe("Something went wrong. Please try again.");
+  }
   await close();
-}, 40_000);
+}, 60_000);
+
+it.each([
+  ["a 500 with the service's JSON", 500, "application/json", '{"error":"Internal server error"}'],
+  ["a CDN's 520 page", 520, "text/html", "<html><body>Web server is returning an unknown error</body></html>"],
+  ["a firewall's 200 page", 200, "text/html", "<html><body>Request held for review</body></html>"],
+])("asks again with the same Idempotency-Key after %s hid the payment's answer, and shows the payment it made", async (_name, status, contentType, body) => {
+  const link = await createLink({ description: `Order #2010 ${status}` });
+  const { page, close } = await newPage();
+  const keys: string[] = [];
+  await page.route("**/pay", async (route) => {
+    keys.push(route.request().headers()["idempotency-key"] ?? "");
+    if (keys.length > 1) return route.continue();
+    // The payment is made, but the customer sees the proxy's answer instead.
+    await route.fetch({ url: `${stack.gatewayUrl}${new URL(route.request().url()).pathname}` });
+    return route.fulfill({ status, contentType, body });
+  });
+  await page.goto(link.url);
+  await page.locator("#method-bank_transfer").check();
+  await page.getByRole("button", { name: "Pay $42.50" }).click();
+  await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible(), { timeout: 15_000 }).toBe(true);
+  expect(keys.length).toBe(2);
+  expect(new Set(keys).size).toBe(1);
+  const [payment] = await stack.db.select().from(payments).where(eq(payments.linkId, link.id));
+  expect(await page.locator("#payment-id").innerText()).toBe(payment!.id);
+  await close();
+});
 
 it("says how long to wait when pay answers 429, and keeps the button", async () => {
   const link = await createLink({ description: "Order #2003" });
@@ -560,12 +597,12 @@ it("puts the focus on the field a 400 refuses, and on Pay when the link can no l
   await page.keyboard.press("Enter");
   await pay.inFlight();
   await pay.answer(409, { error: "Link has already been used" });
-  await expect.poll(() => page.locator("#status").innerText()).toBe("Link has already been used.");
+  await expect.poll(() => page.locator("#status").innerText()).toBe("Link has already been used. No payment was taken for this attempt.");
   expect(await activeId(page)).toBe("pay-button");
   expect(await page.locator("#pay-button").getAttribute("aria-disabled")).toBe("true");
   await page.keyboard.press("Enter");
   await page.waitForTimeout(300);
-  expect(await page.locator("#status").innerText()).toBe("Link has already been used.");
+  expect(await page.locator("#status").innerText()).toBe("Link has already been used. No payment was taken for this attempt.");
   expect(problems).toEqual([]);
   await close();
 });

@@ -101,7 +101,11 @@
           cache: "no-store",
         }).then(function (res) {
           if (res.ok) {
-            return res.json().then(function (result) { return { key: key, result: result }; }, function () {
+            return res.json().then(function (result) {
+              if (isPayment(result)) return { key: key, result: result };
+              open.push(key);
+              return null;
+            }, function () {
               open.push(key);
               return null;
             });
@@ -118,6 +122,11 @@
       else keepEarlier(open);
       return paid && paid.result;
     });
+  }
+
+  // A 2xx is a payment only with the body of one.
+  function isPayment(result) {
+    return Boolean(result) && result.status === "succeeded" && typeof result.payment_id === "string" && result.payment_id !== "";
   }
 
   // On a used link's page: an attempt of this tab may be what paid it. One
@@ -360,6 +369,8 @@
     send(JSON.stringify(body), unsettled.key, 0);
   });
 
+  var NOTHING_TAKEN = " No payment was taken for this attempt.";
+
   // Waits before each retry of an attempt: about 8 s in all before giving up.
   var RETRY_DELAYS_MS = [300, 700, 1500, 2500, 3500];
 
@@ -388,16 +399,22 @@
     }).then(function (res) {
       return res.json().catch(function () { return {}; }).then(function (data) {
         var message = data && typeof data.error === "string" ? data.error : "Something went wrong";
-        if (res.status === 503 || res.status === 502 || res.status === 504) {
-          // The outcome may be unknown: ask again with the same key.
-          return retryOrFail(json, key, tries, message.replace(/\.?$/, ". Please try again."));
-        }
         if (res.status === 429) {
           // Refused before it was tried: whatever an earlier try of this attempt did is still unknown.
           var wait = Number(res.headers.get("retry-after"));
           return finish(wait > 0
             ? "Too many attempts. Please wait " + (wait === 1 ? "a second" : wait < 90 ? wait + " seconds" : Math.ceil(wait / 60) + " minutes") + " and try again."
             : "Too many attempts. Please wait a moment and try again.");
+        }
+        // Only the service's own answer settles the attempt: a payment for a
+        // 2xx, its JSON error otherwise. Any 5xx may come after the payment
+        // was made (the service says 503 then, but a proxy or CDN in front
+        // says 500, 520 or 524), and a proxy's or a firewall's own page, 200
+        // or 404, says nothing of what the attempt did: the outcome is
+        // unknown, so ask again with the same key.
+        var settled = res.ok ? isPayment(data) : Boolean(data) && typeof data.error === "string";
+        if (res.status >= 500 || !settled) {
+          return retryOrFail(json, key, tries, message.replace(/\.?$/, ". Please try again."));
         }
         keepAttempt(null);
         doubtful = false;
@@ -410,7 +427,8 @@
           return findPaid(earlier).then(function (result) {
             if (result) return succeed(result);
             retire();
-            finish(message + ".");
+            // An earlier attempt still unanswered may yet be what paid it.
+            finish(message + "." + (earlier.length ? "" : NOTHING_TAKEN));
           });
         }
         if (res.status === 402) {
@@ -420,9 +438,12 @@
           if (declined) setError(declined, message + ".");
           finish(message + ". Try again with another card or payment method.", declined);
         } else if (res.status === 404 || res.status === 409 || res.status === 410) {
-          // The link can no longer be paid: retrying cannot help.
+          // The link can no longer be paid: retrying cannot help. The
+          // attempt that hears so was refused, or its hold voided, never
+          // charged; a customer who paid in another tab must not read it as
+          // their payment failing, hence "this attempt".
           retire();
-          finish(message + ".");
+          finish(message + "." + NOTHING_TAKEN);
         } else {
           finish(message.replace(/\.?$/, "."), res.status === 400 ? refusedField(message) : null);
         }
