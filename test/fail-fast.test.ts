@@ -271,8 +271,9 @@ describe("a background loop through an outage", () => {
     } finally {
       await sweeper.close();
     }
+    // A warning: the database away is an outage, not a bug (an error line would fire an alert on errors).
     expect(lines.map(({ level, msg }) => ({ level, msg }))).toEqual([
-      { level: 50, msg: "expiry sweep failed" },
+      { level: 40, msg: "expiry sweep failed" },
       { level: 30, msg: "expiry sweep works again" },
     ]);
     expect(lines[1]!.failedPasses, "the outage was a streak of failed passes").toBeGreaterThan(3);

@@ -197,11 +197,16 @@ describe("a failed attempt", () => {
     ["says the schedule failed", { failed: true }],
     ["is too old to say", {}],
   ])("after the schedule's last attempt, is recorded as failed, then dead-lettered when the LinkService %s", async (_, answer) => {
-    const { handle, deadLetters, recorded, steps } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, { recordAnswer: answer });
+    const lines: { level: number; msg: string }[] = [];
+    const logger = createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { handle, deadLetters, recorded, steps } = handlerFor({ attempt: SCHEDULE.length + 1 }, failed, { recordAnswer: answer, logger });
     const { msg, seen } = message();
     await handle(msg);
     expect(seen.acked).toBe(true);
     expect(steps).toEqual(["recorded", "dead-lettered", `confirmed ${EVENT_ID} 0`]);
+    // The merchant's endpoint failing is not a bug of ours: a warning, never an error line.
+    expect(lines.filter((l) => l.msg === "webhook dead-lettered").map((l) => l.level)).toEqual([40]);
+    expect(lines.filter((l) => l.level >= 50)).toEqual([]);
     expect(deadLetters.map((d) => d.subject)).toEqual([`${DEFAULT_TOPOLOGY.deadLetterSubjectPrefix}.payment.completed`]);
     expect(recorded[0]!).toMatchObject({ outcome: AttemptOutcome.FAILED, errorKind: "HTTP 503" });
   });

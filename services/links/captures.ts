@@ -8,6 +8,7 @@
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
+import { levelOfLoopFailure } from "./db-errors.js";
 import type { Db, Executor } from "./db.js";
 import type { PaymentProcessor } from "./processor.js";
 import { withTimeout } from "../shared/with-timeout.js";
@@ -60,8 +61,8 @@ export function createCaptureRetrier(opts: {
   processorTimeoutMs?: number;
 }) {
   const { db, processor, clock, logger } = opts;
-  const retryPass = passLog(logger, "capture retry pass");
-  const releasePass = passLog(logger, "hold release pass");
+  const retryPass = passLog(logger, "capture retry pass", { level: levelOfLoopFailure });
+  const releasePass = passLog(logger, "hold release pass", { level: levelOfLoopFailure });
   const timeoutMs = opts.processorTimeoutMs ?? PROCESSOR_TIMEOUT_MS;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<unknown> | undefined;

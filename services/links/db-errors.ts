@@ -54,6 +54,9 @@ const codeOf = (e: { code?: unknown }) => (typeof e.code === "string" ? e.code :
 export const isDatabaseUnavailable = (err: unknown): boolean =>
   causes(err).some((e) => DRIVER_CODES.has(codeOf(e)) || UNAVAILABLE_SQLSTATE.test(codeOf(e)));
 
+/** A background loop's failed pass: a warning while the database is away (the gate's line says why), else an error. */
+export const levelOfLoopFailure = (err: unknown) => (isDatabaseUnavailable(err) ? "warn" : "error");
+
 /** True when the error, or one it wraps, is a unique violation (of `constraint`, when named). */
 export function isUniqueViolation(err: unknown, constraint?: string): boolean {
   const violation = causes(err).find((e) => e.code === "23505");

@@ -19,6 +19,7 @@ import { EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
+import { levelOfLoopFailure } from "./db-errors.js";
 import type { Db } from "./db.js";
 import { newDelivery, republish } from "./deliveries.js";
 import { claimLegacyPaymentEvents, replacePayload, setAside } from "./outbox.js";
@@ -39,8 +40,8 @@ const MAX_DOUBLINGS = 5;
 
 export function createReconciler(opts: ReconcilerOptions) {
   const { db, clock, logger } = opts;
-  const adoptPass = passLog(logger, "adopting earlier payment events");
-  const reconcilePass = passLog(logger, "webhook reconciliation");
+  const adoptPass = passLog(logger, "adopting earlier payment events", { level: levelOfLoopFailure });
+  const reconcilePass = passLog(logger, "webhook reconciliation", { level: levelOfLoopFailure });
   const intervalMs = opts.intervalMs ?? Math.min(30_000, Math.max(100, opts.afterMs / 4));
   const batchSize = opts.batchSize ?? 500;
   let timer: NodeJS.Timeout | undefined;

@@ -11,6 +11,7 @@ import { connectForever, DEFAULT_TOPOLOGY, ensureEventStream, type Topology, unt
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
+import { levelOfLoopFailure } from "./db-errors.js";
 import type { Db } from "./db.js";
 import { claimUnpublished, deletePublishedBefore, markPublished, setAside, SUBJECT_PREFIX, traceHeadersOf } from "./outbox.js";
 
@@ -48,8 +49,8 @@ const CLEANUP_BATCH = 1000;
 
 export function createRelay(opts: RelayOptions): Relay {
   const { db, clock, logger } = opts;
-  const relayPass = passLog(logger, "outbox relay pass");
-  const cleanupPass = passLog(logger, "outbox cleanup");
+  const relayPass = passLog(logger, "outbox relay pass", { level: levelOfLoopFailure });
+  const cleanupPass = passLog(logger, "outbox cleanup", { level: levelOfLoopFailure });
   // Polled every second while it fails (a stream an operator must mend, a cluster without quorum): one line a minute.
   const streamPass = passLog(logger, "ensuring the event stream (events wait in the outbox)", { level: "warn" });
   // A stream that takes no more (full, its store exhausted) refuses every

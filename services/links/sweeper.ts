@@ -14,6 +14,7 @@
 import type { Clock } from "../shared/clock.js";
 import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
+import { levelOfLoopFailure } from "./db-errors.js";
 import type { Db } from "./db.js";
 import { deleteOldFailures } from "./attempts.js";
 import { deleteExpiredKeys } from "./idempotency.js";
@@ -41,7 +42,7 @@ export interface SweeperOptions {
 
 export function createSweeper(opts: SweeperOptions) {
   const { db, clock, logger } = opts;
-  const sweepPass = passLog(logger, "expiry sweep");
+  const sweepPass = passLog(logger, "expiry sweep", { level: levelOfLoopFailure });
   const batchSize = opts.batchSize ?? 250;
   const intervalMs = opts.intervalMs ?? 1000;
   const backlogIntervalMs = opts.backlogIntervalMs ?? 250;

@@ -98,7 +98,10 @@ export function createHandler(deps: HandlerDeps) {
     h.set("Paylink-Last-Error", headerSafe(lastError));
     await js.publish(`${topology.deadLetterSubjectPrefix}.payment.completed`, body, { msgID: msgId, headers: h });
     metrics.inc("dead_lettered");
-    logger.error({ eventId, attempts, lastError: detail }, "webhook dead-lettered");
+    // The merchant's endpoint failed every attempt: theirs to mend, not a bug
+    // of ours, so a warning (an alert on errors must not fire for it); the
+    // events_total{outcome="dead_lettered"} counter is what to alert on.
+    logger.warn({ eventId, attempts, lastError: detail }, "webhook dead-lettered");
   }
 
   /** Tries `op` for up to recordForMs, keeping the message ours meanwhile; then throws its last error. */

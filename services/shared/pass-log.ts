@@ -7,13 +7,21 @@ import type { Logger } from "./logger.js";
 
 const AGAIN_EVERY_MS = 60_000;
 
+type Level = "warn" | "error";
+
 /**
  * Wraps each pass of the loop named `what` ("expiry sweep"): a pass that
  * fails resolves to undefined once logged as it should be, never rejects.
  * `level` is warn for a wait that may end by itself (a stream NATS cannot
- * make yet), error otherwise.
+ * make yet, a dependency away: an outage is not a bug, and an alert on
+ * errors must not fire for one), error otherwise; a function tells them
+ * apart by the error.
  */
-export function passLog(logger: Logger, what: string, { againEveryMs = AGAIN_EVERY_MS, level = "error" }: { againEveryMs?: number; level?: "warn" | "error" } = {}) {
+export function passLog(
+  logger: Logger,
+  what: string,
+  { againEveryMs = AGAIN_EVERY_MS, level = "error" }: { againEveryMs?: number; level?: Level | ((err: unknown) => Level) } = {},
+) {
   let failedPasses = 0;
   let loggedAt = 0;
   return <T>(pass: Promise<T>): Promise<T | undefined> =>
@@ -29,7 +37,7 @@ export function passLog(logger: Logger, what: string, { againEveryMs = AGAIN_EVE
         const now = performance.now();
         if (failedPasses === 1 || now - loggedAt >= againEveryMs) {
           loggedAt = now;
-          logger[level]({ err, failedPasses }, `${what} failed`);
+          logger[typeof level === "function" ? level(err) : level]({ err, failedPasses }, `${what} failed`);
         }
         return undefined;
       },
