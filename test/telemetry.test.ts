@@ -54,7 +54,7 @@ it.each(["not a url", "collector:4318", "ftp://collector:4318"])("refuses OTEL_E
   expect(telemetryOn()).toBe(false);
 });
 
-it("exports one trace across the gateway and the LinkService when it is set", async () => {
+it("exports one trace across the gateway and the LinkService when it is set: pays, and the creates and gets that travel batched", async () => {
   // The SDK reads the standard variables from the environment.
   Object.assign(process.env, {
     OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(collector.address() as AddressInfo).port}`,
@@ -65,12 +65,20 @@ it("exports one trace across the gateway and the LinkService when it is set", as
   telemetry = await startTelemetry("test");
   expect(telemetryOn()).toBe(true);
   stack = await startStack();
-  const created = await api(stack, "POST", "/v1/links", { body: validLink() });
-  const traceId = "0af7651916cd43dd8448eb211c80319c";
   const callerSpan = "b7ad6b7169203331";
+  const traceparent = (traceId: string) => `00-${traceId}-${callerSpan}-01`;
+  const traces = {
+    pay: "0af7651916cd43dd8448eb211c80319c",
+    create: "1af7651916cd43dd8448eb211c80319c",
+    get: "2af7651916cd43dd8448eb211c80319c",
+  };
+  const created = await api(stack, "POST", "/v1/links", { body: validLink(), headers: { traceparent: traceparent(traces.create) } });
+  expect(created.status).toBe(201);
+  const read = await api(stack, "GET", `/v1/links/${created.body.id}`, { headers: { traceparent: traceparent(traces.get) } });
+  expect(read.status).toBe(200);
   const res = await fetch(`${stack.gatewayUrl}/link/${created.body.id}/pay`, {
     method: "POST",
-    headers: { "content-type": "application/json", traceparent: `00-${traceId}-${callerSpan}-01` },
+    headers: { "content-type": "application/json", traceparent: traceparent(traces.pay) },
     body: JSON.stringify({ payment_method: "bank_transfer" }),
   });
   expect(res.status).toBe(200);
@@ -78,9 +86,15 @@ it("exports one trace across the gateway and the LinkService when it is set", as
   await telemetry!.shutdown(); // flushes
   telemetry = undefined;
 
-  const spans = received.filter((r) => r.span.traceId === traceId).map((r) => r.span);
-  const gateway = spans.find((s) => s.parentSpanId === callerSpan);
-  expect(gateway, JSON.stringify(spans)).toBeDefined();
-  const links = spans.find((s) => s.parentSpanId === gateway!.spanId);
-  expect(links?.name).toBe("/paylink.v1.LinkService/CompletePayment");
+  /** The LinkService's span under the gateway's span under the caller's, in one trace. */
+  const linksSpanOf = (traceId: string) => {
+    const spans = received.filter((r) => r.span.traceId === traceId).map((r) => r.span);
+    const gateway = spans.find((s) => s.parentSpanId === callerSpan);
+    expect(gateway, JSON.stringify(spans)).toBeDefined();
+    return spans.find((s) => s.parentSpanId === gateway!.spanId)?.name;
+  };
+  expect(linksSpanOf(traces.pay)).toBe("/paylink.v1.LinkService/CompletePayment");
+  // Each item of a batch is a span of its own request's trace (a review saw none for creates and gets).
+  expect(linksSpanOf(traces.create)).toBe("/paylink.v1.LinkService/CreateLink");
+  expect(linksSpanOf(traces.get)).toBe("/paylink.v1.LinkService/GetLink");
 });

@@ -12,6 +12,7 @@ import {
 import type { Logger } from "../shared/logger.js";
 import { statusFromError } from "../shared/rpc-status.js";
 import { runWithTrace, traceFrom } from "../shared/trace-context.js";
+import { startSpan } from "../shared/telemetry.js";
 import type { BatchedStore } from "./batched-store.js";
 import { toRpcError } from "./interceptors.js";
 import type { Clock } from "../shared/clock.js";
@@ -129,17 +130,31 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     one: (clientId: string, item: I) => Promise<O>,
   ): Promise<{ result: { case: "response"; value: O } | { case: "error"; value: ReturnType<typeof statusFromError> } }[]> {
     if (items.length > MAX_BATCH_ITEMS) throw invalid(`items must hold at most ${MAX_BATCH_ITEMS} items`);
+    // The single call each item stands for names its span (the batch is the hop's, not the request's).
+    const spanName = `/paylink.v1.LinkService/${procedure.replace(/^Batch(\w+)s$/, "$1")}`;
     return Promise.all(
-      items.map((item) =>
+      items.map((item) => {
         // Each item in its own request's trace, as its own call would run: its
-        // error too, so that the line logging an unexpected one names the request.
-        runWithTrace(traceFrom(item.traceparent, item.requestId), () =>
+        // error too, so that the line logging an unexpected one names the
+        // request, and its span, when spans are exported, is the child of the
+        // gateway's span for that request.
+        const trace = traceFrom(item.traceparent, item.requestId);
+        const span = startSpan(spanName, trace);
+        if (span) trace.spanId = span.spanId;
+        return runWithTrace(trace, () =>
           deps.authenticator.authenticate(item.clientId, item.authorization || null).then((clientId) => one(clientId, item)).then(
-            (value) => ({ result: { case: "response" as const, value } }),
-            (err: unknown) => ({ result: { case: "error" as const, value: statusFromError(toRpcError(err, deps.logger, procedure)) } }),
+            (value) => {
+              span?.end({ "rpc.method": spanName, "paylink.batch": procedure });
+              return { result: { case: "response" as const, value } };
+            },
+            (err: unknown) => {
+              const status = statusFromError(toRpcError(err, deps.logger, procedure));
+              span?.end({ "rpc.method": spanName, "paylink.batch": procedure, "rpc.grpc.status_code": status.code }, status.code === Code.Internal || status.code === Code.Unknown);
+              return { result: { case: "error" as const, value: status } };
+            },
           ),
-        ),
-      ),
+        );
+      }),
     );
   }
 
