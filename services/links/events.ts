@@ -51,7 +51,8 @@ export function createLinkEvents(deps: LinkEventsDeps): EventRpcs {
         db,
         rows.map((row) => row.eventId),
       );
-      return { events: rows.map((row) => toLinkEvent(row, attempts)) };
+      const now = clock.now();
+      return { events: rows.map((row) => toLinkEvent(row, attempts, now)) };
     },
 
     async redeliverEvent(req, ctx) {
@@ -77,7 +78,7 @@ export function createLinkEvents(deps: LinkEventsDeps): EventRpcs {
       });
       deps.onEventsCommitted();
       const attempts = await store.attemptsOf(db, [event.eventId]);
-      return { event: toLinkEvent(event, attempts) };
+      return { event: toLinkEvent(event, attempts, now) };
     },
   };
 }
@@ -96,7 +97,10 @@ function toPayment(row: NonNullable<Awaited<ReturnType<typeof store.findPaymentO
   });
 }
 
-function toLinkEvent(row: DeliveryRow, attempts: AttemptRow[]): LinkEvent {
+function toLinkEvent(row: DeliveryRow, attempts: AttemptRow[], now: Date): LinkEvent {
+  // An attempt under way holds the lease: no attempt is due until it ends (a
+  // review read a next_attempt_at seconds in the past beside a hanging one).
+  const attemptUnderWay = row.leaseUntil !== null && row.leaseUntil > now;
   return create(LinkEventSchema, {
     id: row.eventId,
     type: "payment.completed",
@@ -111,6 +115,6 @@ function toLinkEvent(row: DeliveryRow, attempts: AttemptRow[]): LinkEvent {
         error: a.error ?? undefined,
         durationMs: a.durationMs,
       })),
-    nextAttemptAt: row.status === "pending" && row.nextAttemptAt ? timestampFromDate(row.nextAttemptAt) : undefined,
+    nextAttemptAt: row.status === "pending" && row.nextAttemptAt && !attemptUnderWay ? timestampFromDate(row.nextAttemptAt) : undefined,
   });
 }

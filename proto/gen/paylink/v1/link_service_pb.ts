@@ -1133,7 +1133,7 @@ export type LinkEvent = Message<"paylink.v1.LinkEvent"> & {
   attempts: DeliveryAttempt[];
 
   /**
-   * While PENDING: when the next attempt is due.
+   * While PENDING and no attempt is under way: when the next attempt is due.
    *
    * @generated from field: google.protobuf.Timestamp next_attempt_at = 6;
    */
