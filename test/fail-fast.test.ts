@@ -180,6 +180,9 @@ describe("PostgreSQL unavailable", () => {
       // A scrape reads every metric at once: the failures it met show from the next one.
       const next = await (await fetch(stack.linksMetricsUrl)).text();
       expect(next).toMatch(/^paylink_metric_collect_failures_total\{metric="paylink_capture_backlog"\} [1-9]/m);
+      // Alive, though not ready: a liveness probe must not restart it through the outage.
+      const alive = await fetch(new URL("/healthz", stack.linksMetricsUrl));
+      expect({ status: alive.status, body: await alive.json() }).toEqual({ status: 200, body: { status: "ok" } });
     } finally {
       await pg.start();
     }

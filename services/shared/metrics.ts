@@ -46,6 +46,13 @@ export function metricsHandler(registry: Registry) {
 export async function serveMetrics(opts: { registry: Registry; port: number; host?: string }) {
   const handle = metricsHandler(opts.registry);
   const server = http.createServer((req, res) => {
+    // Liveness: the process runs. The LinkService's gRPC health check says
+    // NOT_SERVING while PostgreSQL is away, right for readiness, and a
+    // liveness probe on it would restart every copy through an outage.
+    if ((req.url ?? "").split("?")[0] === "/healthz") {
+      res.writeHead(200, { "content-type": "application/json; charset=utf-8" }).end('{"status":"ok"}');
+      return;
+    }
     void handle(req, res).then((done) => {
       if (!done) res.writeHead(404, { "content-type": "text/plain" }).end("Not found\n");
     });
