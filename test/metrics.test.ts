@@ -56,6 +56,15 @@ describe("gateway and LinkService metrics", () => {
     await database?.drop();
   });
 
+  it("counts the methods no route serves as one label value, other: a scan cannot mint series", async () => {
+    for (const method of ["PROPFIND", "MKCOL", "QUERY", "SOURCE"]) {
+      expect((await fetch(`${stack.gatewayUrl}/v1/links`, { method })).status).toBeGreaterThanOrEqual(400);
+    }
+    const gateway = await scrape(stack.gatewayMetricsUrl);
+    const methods = new Set([...gateway.matchAll(/^paylink_http_server_duration_seconds_count\{method="([^"]+)"/gm)].map((m) => m[1]));
+    expect([...methods].filter((m) => !["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"].includes(m!))).toEqual(["other"]);
+  });
+
   it("counts requests by route and status, RPCs by method and code, payments by outcome", async () => {
     const created = await api(stack, "POST", "/v1/links", { body: validLink() });
     expect(created.status).toBe(201);
