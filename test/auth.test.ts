@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AdminService } from "../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { apiKeys } from "../services/links/schema.js";
+import { createLogger } from "../services/shared/logger.js";
 import { createDatabase } from "./support/database.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -26,9 +27,11 @@ let stack: Stack;
 let admin: ReturnType<typeof createClient<typeof AdminService>>;
 let links: ReturnType<typeof createClient<typeof LinkService>>;
 const asAdmin = { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } };
+const lines: { level: number; msg: string; [field: string]: unknown }[] = [];
 beforeAll(async () => {
   database = await createDatabase("paylink_auth");
-  stack = await startStack({ databaseUrl: database.url, auth: "api-key", adminToken: ADMIN_TOKEN });
+  const logger = createLogger("links", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
+  stack = await startStack({ databaseUrl: database.url, auth: "api-key", adminToken: ADMIN_TOKEN, logger });
   const transport = createGrpcTransport({ baseUrl: stack.linksUrl });
   admin = createClient(AdminService, transport);
   links = createClient(LinkService, transport);
@@ -242,6 +245,23 @@ describe("the admin service", () => {
     expect(await admin.listApiKeys({ clientId: "x" }, { headers: { authorization: `Bearer   ${ADMIN_TOKEN}` } })).toBeDefined();
     await expect(admin.revokeApiKey({ id: "key-nope" }, asAdmin)).rejects.toMatchObject({ code: Code.NotFound });
     await expect(admin.createApiKey({ clientId: " " }, asAdmin)).rejects.toMatchObject({ code: Code.InvalidArgument });
+  });
+
+  it("logs each key made or revoked at info, never its secret, and each refused admin token as a warning: an audit trail", async () => {
+    const since = lines.length;
+    const { id, secret } = await newKey("auth-audit");
+    await admin.revokeApiKey({ id }, asAdmin);
+    await expect(admin.listApiKeys({ clientId: "auth-audit" }, { headers: { authorization: "Bearer wrong" } })).rejects.toMatchObject({
+      code: Code.Unauthenticated,
+    });
+    const audit = lines.slice(since).filter((l) => /API key|admin call/.test(l.msg));
+    expect(audit).toMatchObject([
+      { level: 30, msg: "API key created", keyId: id, clientId: "auth-audit", last4: secret.slice(-4) },
+      { level: 30, msg: "API key revoked", keyId: id, clientId: "auth-audit" },
+      { level: 40, msg: "admin call refused: invalid admin token", method: "ListApiKeys" },
+    ]);
+    expect(JSON.stringify(lines)).not.toContain(secret.slice(8, -4));
+    expect(JSON.stringify(lines)).not.toContain(ADMIN_TOKEN);
   });
 
   it("refuses a key for a client id no header can carry as it was given: the key could never be used", async () => {

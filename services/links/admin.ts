@@ -6,6 +6,7 @@ import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connect
 import { AdminService, type ApiKey, ApiKeySchema } from "../../proto/gen/paylink/admin/v1/admin_service_pb.js";
 import type { Clock } from "../shared/clock.js";
 import type { PaylinkEnv } from "../shared/config.js";
+import type { Logger } from "../shared/logger.js";
 import { KEY_ID, newKeyId } from "../shared/ids.js";
 import { invalid } from "../shared/rpc-errors.js";
 import { hashSecret, newSecret } from "./auth.js";
@@ -20,9 +21,11 @@ export interface AdminDeps {
   env: PaylinkEnv;
   /** Told of each revocation, so this copy stops trusting the key at once. */
   onRevoked: (keyId: string) => void;
+  /** Each key made or revoked is a line at info: the audit trail of who may call as a merchant. */
+  logger: Logger;
 }
 
-export function createAdminService({ db, clock, env, onRevoked }: AdminDeps): ServiceImpl<typeof AdminService> {
+export function createAdminService({ db, clock, env, onRevoked, logger }: AdminDeps): ServiceImpl<typeof AdminService> {
   // The rules of the Client-Id header (validateClientId), told in this call's own words.
   const clientIdOf = (value: string) => {
     const clientId = value.trim();
@@ -44,6 +47,7 @@ export function createAdminService({ db, clock, env, onRevoked }: AdminDeps): Se
         last4: secret.slice(-4),
         createdAt: clock.now(),
       });
+      logger.info({ keyId: row.id, clientId, last4: row.last4 }, "API key created");
       return { apiKey: toApiKey(row), secret };
     },
     async listApiKeys(req) {
@@ -54,6 +58,7 @@ export function createAdminService({ db, clock, env, onRevoked }: AdminDeps): Se
       const row = KEY_ID.test(req.id) ? await keys.revokeKey(db, req.id, clock.now()) : undefined;
       if (!row) throw new ConnectError("API key not found", Code.NotFound);
       onRevoked(row.id);
+      logger.info({ keyId: row.id, clientId: row.clientId }, "API key revoked");
       return { apiKey: toApiKey(row) };
     },
   };
@@ -71,13 +76,16 @@ function toApiKey(row: keys.ApiKeyRow): ApiKey {
   });
 }
 
-/** Admits AdminService calls that carry `authorization: Bearer <ADMIN_TOKEN>`. */
-export function adminGuard(adminToken: string | undefined): Interceptor {
+/** Admits AdminService calls that carry `authorization: Bearer <ADMIN_TOKEN>`; a refused one is a warning (someone tried). */
+export function adminGuard(adminToken: string | undefined, logger: Logger): Interceptor {
   const matches = adminToken === undefined ? undefined : bearerTokenMatcher(adminToken);
   return (next) => async (req) => {
     if (req.service.typeName !== AdminService.typeName) return next(req);
     if (!matches) throw new ConnectError("The admin service is off: ADMIN_TOKEN is not set", Code.Unimplemented);
-    if (!matches(req.header.get("authorization"))) throw new ConnectError("Invalid admin token", Code.Unauthenticated);
+    if (!matches(req.header.get("authorization"))) {
+      logger.warn({ method: req.method.name }, "admin call refused: invalid admin token");
+      throw new ConnectError("Invalid admin token", Code.Unauthenticated);
+    }
     return next(req);
   };
 }

@@ -146,7 +146,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
         recordOutcome,
         errorBoundary(logger),
         internalAuth({ token: opts.internalToken, env }),
-        adminGuard(opts.adminToken),
+        adminGuard(opts.adminToken, logger),
         authenticateCallers(authenticator),
       ],
       routes: (router) => {
@@ -156,7 +156,7 @@ export async function startLinksServer(opts: LinksServerOptions) {
         serve(LinkService, unary);
         serve(DeliveryService, gated(createDeliveryService({ db, clock }), gate));
         serve(LinkBatchService, batchStreams.impl);
-        serve(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget }));
+        serve(AdminService, createAdminService({ db, clock, env, onRevoked: authenticator.forget, logger }));
         serve(Health, createHealthService(() => gate.run(() => ping(db)), served.map((s) => s.typeName)));
         // Streaming, so never on the fast path; open to any caller, as grpc's own is.
         // Error details travel in every error's grpc-status-details-bin; no served
