@@ -308,4 +308,18 @@ describe("the admin service", () => {
     expect(revoked.revoked_at).not.toBeNull();
     expect((await create("auth-cli", bearer(created.secret))).status).toBe(401);
   });
+
+  it("prints its usage for --help, -h and help, exit 0, without needing ADMIN_TOKEN; with no command, usage and exit 1", async () => {
+    const run = (...args: string[]) =>
+      promisify(execFile)("npx", ["tsx", "services/admin/cli.ts", ...args], { env: { ...process.env, ADMIN_TOKEN: "" } }).then(
+        ({ stdout }) => ({ code: 0, stdout }),
+        (err: { code: number; stdout: string }) => ({ code: err.code, stdout: err.stdout }),
+      );
+    for (const args of [["--help"], ["-h"], ["help"], ["keys", "--help"]]) {
+      const { code, stdout } = await run(...args);
+      expect({ args, code }).toEqual({ args, code: 0 });
+      expect(stdout).toMatch(/^usage:\n  npm run admin -- keys create --client <client id>/);
+    }
+    expect(await run()).toMatchObject({ code: 1, stdout: expect.stringMatching(/^usage:/) });
+  });
 });

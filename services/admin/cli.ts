@@ -14,7 +14,14 @@ environment: LINKS_URL (default http://127.0.0.1:$LINKS_PORT), ADMIN_TOKEN (requ
 
 class UsageError extends Error {}
 
+const HELP = new Set(["help", "--help", "-h"]);
+
 async function main(argv: string[]): Promise<unknown> {
+  // Before the configuration: an operator asking how to use it has not set ADMIN_TOKEN yet.
+  if (argv.length === 0 || argv.some((arg) => HELP.has(arg))) {
+    console.log(USAGE);
+    process.exit(argv.length === 0 ? 1 : 0);
+  }
   const config = loadConfig();
   if (!config.adminToken) throw new ConfigError("ADMIN_TOKEN must be set to reach the admin service");
   const admin = createClient(
