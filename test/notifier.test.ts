@@ -337,6 +337,7 @@ describe("health", () => {
     expect(during.filter((l) => l.level >= 50)).toEqual([]);
     expect(during.length).toBeLessThanOrEqual(4);
     expect(during.map((l) => l.msg)).toContain("NATS connection lost; waiting for it to come back");
+    expect(lines.filter((l) => l.msg === "NATS connection back").map((l) => l.level)).toEqual([30]);
   }, 40_000);
 
   it("turns not ready within 2 s when NATS freezes, and ready again when it thaws", async () => {
@@ -356,7 +357,7 @@ describe("health", () => {
     const frozenAt = Date.now();
     await waitFor(async () => (await readyz()).status === 503, 10_000);
     expect(Date.now() - frozenAt).toBeLessThan(2_000);
-    expect((await readyz()).body).toMatchObject({ status: "not ready", nats: "silent" });
+    expect((await readyz()).body).toMatchObject({ status: "not ready", nats: "silent", consumer: "stalled" });
     nats.thaw();
     await waitFor(async () => (await readyz()).status === 200, 10_000);
     expect((await readyz()).body).toMatchObject({ nats: "connected", consumer: "consuming" });

@@ -124,7 +124,8 @@ export async function startNotifier(opts: NotifierOptions) {
     ready: () => natsState() === "connected" && consumerHealthy() && !stopping,
     details: () => ({
       nats: natsState(),
-      consumer: stopping ? "draining" : consumerHealthy() ? "consuming" : "stalled",
+      // Not "consuming" off a connection that is gone or silent, whatever the last pull's time.
+      consumer: stopping ? "draining" : natsState() === "connected" && consumerHealthy() ? "consuming" : "stalled",
     }),
     metrics,
   });
@@ -224,6 +225,7 @@ export async function startNotifier(opts: NotifierOptions) {
       async reconnect() {
         connected = true;
         metrics.natsConnected(true);
+        logger.info("NATS connection back");
         // A server that came back without its store has lost the topology.
         await topologyPass(ensureTopology(conn));
       },
