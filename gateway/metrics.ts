@@ -33,6 +33,8 @@ export function createGatewayMetrics(registry: Registry = createRegistry()) {
     labelNames: ["status_code"],
     registers: [registry],
   });
+  // At 0 from the first scrape, so an increase() alert sees the first refusal.
+  for (const status_code of [400, 408, 417, 431, 501]) parserRefusals.inc({ status_code }, 0);
   return {
     registry,
     schemaDisagreements,

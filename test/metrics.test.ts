@@ -9,7 +9,10 @@ import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { Health } from "../proto/gen/grpc/health/v1/health_pb.js";
 import { LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { createGatewayMetrics } from "../gateway/metrics.js";
+import { createLinksMetrics } from "../services/links/metrics.js";
 import { createSweeper } from "../services/links/sweeper.js";
+import { createMetrics as createNotifierMetrics } from "../services/notifier/metrics.js";
 import { grpcFrame } from "./support/grpc-frame.js";
 import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -54,6 +57,26 @@ describe("gateway and LinkService metrics", () => {
   afterAll(async () => {
     await stack?.close();
     await database?.drop();
+  });
+
+  it("shows each series an alert watches at 0 from the first scrape: increase() would miss a series' first event", async () => {
+    const scrapes = await Promise.all([
+      createGatewayMetrics().registry.metrics(),
+      createLinksMetrics({ db: stack.db, clock: stack.clock }).registry.metrics(),
+      createNotifierMetrics(undefined, { attemptsInFlight: () => 3 }).registry.metrics(),
+    ]);
+    const text = scrapes.join("\n");
+    for (const series of [
+      'paylink_http_parser_refusals_total{status_code="431"}',
+      'paylink_sweeper_runs_total{result="error"}',
+      'paylink_payments_total{outcome="card_declined"}',
+      'paylink_metric_collect_failures_total{metric="paylink_capture_backlog"}',
+      'paylink_webhook_attempts_total{outcome="failed"}',
+      'paylink_notifier_handling_failures_total{reason="links_unavailable"}',
+    ]) {
+      expect(sample(text, series), series).toBe(0);
+    }
+    expect(sample(text, "paylink_notifier_attempts_in_flight")).toBe(3);
   });
 
   it("counts the methods no route serves as one label value, other: a scan cannot mint series", async () => {

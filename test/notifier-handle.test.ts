@@ -92,19 +92,23 @@ function handlerFor(
       return {};
     },
   } as unknown as Client<typeof DeliveryService>;
+  const metrics = createMetrics();
   const handle = createHandler({
     js,
     deliverer,
     deliveries,
     topology: DEFAULT_TOPOLOGY,
     retrySchedule: SCHEDULE,
-    metrics: createMetrics(),
+    metrics,
     logger,
     random: () => 0.5,
     recordForMs,
     ensureDeadLetterStream: async () => void steps.push("stream ensured"),
   });
-  return { handle, deadLetters, recorded, delivered, steps, startWorks: () => (startError = undefined) };
+  /** One sample of the notifier's metrics, as a scrape shows it. */
+  const sample = async (series: string) =>
+    Number((await metrics.registry.metrics()).split("\n").find((l) => l.startsWith(`${series} `))?.slice(series.length + 1));
+  return { handle, deadLetters, recorded, delivered, steps, sample, startWorks: () => (startError = undefined) };
 }
 
 function message(old = false, redeliveryCount = 0, headers: Record<string, string> = {}) {
@@ -142,7 +146,7 @@ describe("the LinkService failing", () => {
   it("logs an unexpected failure as an error in the event's trace with the event's and link's ids, and the copy comes back in 5 s", async () => {
     const lines: Record<string, unknown>[] = [];
     const logger = createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
-    const { handle } = handlerFor({}, failed, { startFails: new ConnectError("a bug", Code.Internal), logger });
+    const { handle, sample } = handlerFor({}, failed, { startFails: new ConnectError("a bug", Code.Internal), logger });
     const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
     const { msg, seen } = message(false, 0, { traceparent: `00-${traceId}-00f067aa0ba902b7-01`, "X-Request-Id": "pay-1" });
     await handle(msg);
@@ -150,18 +154,21 @@ describe("the LinkService failing", () => {
     expect(lines).toMatchObject([
       { level: 50, msg: "event handling failed; retrying later", requestId: "pay-1", traceId, eventId: EVENT_ID, linkId: "lnk-1" },
     ]);
+    expect(await sample('paylink_notifier_handling_failures_total{reason="error"}')).toBe(1);
   });
 
   it.each([Code.Unavailable, Code.DeadlineExceeded])("logs an outage (%s: the LinkService or its database away) once as a warning, not an error per event, and its end at info", async (code) => {
     const lines: { level: number; msg: string }[] = [];
     const logger = createLogger("notifier", "info", { write: (line: string) => void lines.push(JSON.parse(line)) });
-    const { handle, startWorks } = handlerFor({}, failed, { startFails: new ConnectError("the database is unavailable", code), logger });
+    const { handle, startWorks, sample } = handlerFor({}, failed, { startFails: new ConnectError("the database is unavailable", code), logger });
     for (let i = 0; i < 5; i++) {
       const { msg, seen } = message();
       await handle(msg);
       expect(seen).toEqual({ acked: false, nakDelay: 5000 });
     }
     expect(lines.map((l) => [l.level, l.msg])).toEqual([[40, "handling events (the LinkService is unavailable) failed"]]);
+    // One line for the outage, and a count an alert can watch while it lasts.
+    expect(await sample('paylink_notifier_handling_failures_total{reason="links_unavailable"}')).toBe(5);
     startWorks();
     await handle(message().msg);
     expect(lines.filter((l) => l.msg.startsWith("handling events")).map((l) => [l.level, l.msg])).toEqual([

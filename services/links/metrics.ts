@@ -51,6 +51,10 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
     labelNames: ["result"],
     registers,
   });
+  // Every series an alert watches shows from the first scrape, at 0: an
+  // increase() over a series that appears with its first event misses it.
+  for (const result of ["ok", "error"]) sweeperRuns.inc({ result }, 0);
+  for (const outcome of ["succeeded", "card_declined", "link_used", "link_expired", "unavailable"]) payments.inc({ outcome }, 0);
   const linksExpired = new Counter({
     name: "paylink_links_expired_total",
     help: "Links the expiry sweeper recorded as expired.",
@@ -65,8 +69,9 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
   // One failing collect fails prom-client's whole scrape: a gauge PostgreSQL
   // cannot answer for keeps its last value and is counted instead, so the
   // rest of /metrics (RPC errors, NATS) still answers during an outage.
-  const databaseGauge = (name: string, help: string, read: () => Promise<number>) =>
-    new Gauge({
+  const databaseGauge = (name: string, help: string, read: () => Promise<number>) => {
+    collectFailures.inc({ metric: name }, 0);
+    return new Gauge({
       name,
       help,
       registers,
@@ -78,6 +83,7 @@ export function createLinksMetrics(opts: { db: Db; clock: Clock; registry?: Regi
         }
       },
     });
+  };
   databaseGauge("paylink_outbox_lag_seconds", "Age of the oldest outbox event not yet published to NATS; 0 when none waits.", async () => {
     const oldest = await oldestUnpublishedAt(opts.db);
     return oldest ? Math.max(0, (opts.clock.now().getTime() - oldest.getTime()) / 1000) : 0;

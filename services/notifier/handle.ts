@@ -216,6 +216,7 @@ export function createHandler(deps: HandlerDeps) {
 
   function failed(msg: JsMsg, err: unknown): false {
     const stopping = deps.stopping?.() ?? false;
+    metrics.handlingFailed(unavailable(err) ? "links_unavailable" : "error");
     if (unavailable(err) && !stopping) void awayPass(Promise.reject(err));
     else logger[stopping ? "warn" : "error"]({ err, seq: msg.seq, ...idsOf(msg) }, "event handling failed; retrying later");
     msg.nak(5000);

@@ -1,7 +1,7 @@
 // The notifier's Prometheus metrics (prom-client), served with its health
 // endpoints on NOTIFIER_PORT. `counts` mirrors the event outcomes in memory
 // so that tests can wait on them without scraping.
-import { Counter, Histogram, type Registry } from "prom-client";
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { createRegistry, natsConnectedGauge } from "../shared/metrics.js";
 
 export const OUTCOMES = ["delivered", "gone", "failed_attempt", "dead_lettered", "refused", "skipped", "deferred"] as const;
@@ -12,7 +12,10 @@ export type AttemptOutcome = "delivered" | "gone" | "failed" | "refused";
 /** Seconds; webhooks answer in milliseconds, retries wait up to a day. */
 const LATENCY_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400];
 
-export function createMetrics(registry: Registry = createRegistry()) {
+/** Why an event's handling failed, to be tried again: the LinkService away, or anything else (logged as an error). */
+export type HandlingFailure = "links_unavailable" | "error";
+
+export function createMetrics(registry: Registry = createRegistry(), opts: { attemptsInFlight?: () => number } = {}) {
   const registers = [registry];
   const counts = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<Counted, number>;
   const events = new Counter({
@@ -28,6 +31,27 @@ export function createMetrics(registry: Registry = createRegistry()) {
     labelNames: ["outcome"],
     registers,
   });
+  for (const outcome of ["delivered", "gone", "failed", "refused"] satisfies AttemptOutcome[]) attempts.inc({ outcome }, 0);
+  // A notifier that cannot reach the LinkService delivers nothing and moves no
+  // other counter: this one, and the attempts in flight, say it is stuck.
+  const handlingFailures = new Counter({
+    name: "paylink_notifier_handling_failures_total",
+    help: "Events whose handling failed and that come back to be tried again, by reason: links_unavailable (the LinkService or its database away) or error.",
+    labelNames: ["reason"],
+    registers,
+  });
+  for (const reason of ["links_unavailable", "error"] satisfies HandlingFailure[]) handlingFailures.inc({ reason }, 0);
+  const inFlight = opts.attemptsInFlight;
+  if (inFlight) {
+    new Gauge({
+      name: "paylink_notifier_attempts_in_flight",
+      help: "Events this copy is handling now (at most 64): at the bound for long, receivers are slow or the LinkService is.",
+      registers,
+      collect() {
+        this.set(inFlight());
+      },
+    });
+  }
   const attemptDuration = new Histogram({
     name: "paylink_webhook_attempt_duration_seconds",
     help: "Duration of one POST to a merchant webhook, by outcome.",
@@ -55,6 +79,9 @@ export function createMetrics(registry: Registry = createRegistry()) {
     },
     delivered(occurredAt: Date, now = new Date()) {
       deliveryLatency.observe(Math.max(0, (now.getTime() - occurredAt.getTime()) / 1000));
+    },
+    handlingFailed(reason: HandlingFailure) {
+      handlingFailures.inc({ reason });
     },
     natsConnected(up: boolean) {
       nats.set({ connection: "notifier" }, up ? 1 : 0);

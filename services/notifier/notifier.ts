@@ -74,7 +74,8 @@ export async function startNotifier(opts: NotifierOptions) {
   // hang every attempt for the whole delivery timeout leaves the other three
   // quarters to everyone else.
   const attemptSlots = createAttemptSlots(opts.shareConcurrency ?? Math.max(1, Math.floor(concurrency / 4)));
-  const metrics = createMetrics();
+  const inflight = new Set<Promise<void>>();
+  const metrics = createMetrics(undefined, { attemptsInFlight: () => inflight.size });
   const deliverer = createDeliverer({ policy: addressPolicy(opts.env), timeoutMs: opts.deliveryTimeoutMs });
   const authorization = opts.internalToken ? { authorization: `Bearer ${opts.internalToken}` } : undefined;
   const deliveries = createClient(
@@ -96,7 +97,6 @@ export async function startNotifier(opts: NotifierOptions) {
   let connected = false;
   let answers: ReturnType<typeof watchAnswers> | undefined;
   let stopping = false;
-  const inflight = new Set<Promise<void>>();
   let markReady: () => void = () => {};
   const ready = new Promise<void>((resolve) => (markReady = resolve));
 
