@@ -35,3 +35,27 @@ it("makes W3C trace and span ids from the same pool: well formed and never repea
   const random = id.slice(-12);
   expect(before.includes(random) || after.includes(random)).toBe(false);
 });
+
+it("continues a caller's valid traceparent, reads a later version as 00 where it agrees, and starts anew otherwise", () => {
+  const [trace, parent] = ["4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"];
+  const kept = (traceparent: string) => {
+    const t = traceFrom(traceparent, undefined);
+    return t.traceId === trace && t.parentId === parent ? t.flags : "new";
+  };
+  expect(kept(`00-${trace}-${parent}-01`)).toBe("01");
+  expect(kept(` 00-${trace}-${parent}-00 `)).toBe("00");
+  // W3C: a later version is parsed as 00 where it agrees, and may say more after a dash.
+  expect(kept(`01-${trace}-${parent}-01-what-comes-later`)).toBe("01");
+  expect(kept(`cc-${trace}-${parent}-09`)).toBe("01");
+  for (const invalid of [
+    `ff-${trace}-${parent}-01`, // ff is never a version
+    `00-${trace}-${parent}-01-extra`, // version 00 says nothing more
+    `01-${trace}-${parent}-01extra`,
+    `00-${"0".repeat(32)}-${parent}-01`,
+    `00-${trace}-${"0".repeat(16)}-01`,
+    `00-${trace.toUpperCase()}-${parent}-01`,
+    `0-${trace}-${parent}-01`,
+  ]) {
+    expect(kept(invalid), invalid).toBe("new");
+  }
+});

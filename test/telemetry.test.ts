@@ -71,6 +71,7 @@ it("exports one trace across the gateway and the LinkService when it is set: pay
     pay: "0af7651916cd43dd8448eb211c80319c",
     create: "1af7651916cd43dd8448eb211c80319c",
     get: "2af7651916cd43dd8448eb211c80319c",
+    probe: "3af7651916cd43dd8448eb211c80319c",
   };
   const created = await api(stack, "POST", "/v1/links", { body: validLink(), headers: { traceparent: traceparent(traces.create) } });
   expect(created.status).toBe(201);
@@ -83,6 +84,10 @@ it("exports one trace across the gateway and the LinkService when it is set: pay
   });
   expect(res.status).toBe(200);
   await res.text();
+  // A balancer's probes are no unit of work: no span, in the gateway or for the LinkService's health check it asks.
+  for (const path of ["/readyz", "/healthz"]) {
+    expect((await fetch(`${stack.gatewayUrl}${path}`, { headers: { traceparent: traceparent(traces.probe) } })).status).toBe(200);
+  }
   await telemetry!.shutdown(); // flushes
   telemetry = undefined;
 
@@ -97,4 +102,6 @@ it("exports one trace across the gateway and the LinkService when it is set: pay
   // Each item of a batch is a span of its own request's trace (a review saw none for creates and gets).
   expect(linksSpanOf(traces.create)).toBe("/paylink.v1.LinkService/CreateLink");
   expect(linksSpanOf(traces.get)).toBe("/paylink.v1.LinkService/GetLink");
+  expect(received.some((r) => r.span.name === "/grpc.health.v1.Health/Check"), "a health check's span").toBe(false);
+  expect(received.filter((r) => r.span.traceId === traces.probe)).toEqual([]);
 });

@@ -18,7 +18,9 @@ export interface TraceContext {
   spanId?: string;
 }
 
-const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+// Version 00 exactly; a later version (not ff) is read as 00 where it agrees,
+// and may carry more after a dash (W3C Trace Context: forward compatibility).
+const TRACEPARENT = /^(?:00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})|(?!00|ff)[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?)$/;
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
 const storage = new AsyncLocalStorage<TraceContext>();
 
@@ -26,11 +28,17 @@ const storage = new AsyncLocalStorage<TraceContext>();
 const newTraceId = () => randomHex(16);
 export const newSpanId = () => randomHex(8);
 
-/** A caller's trace when its traceparent is valid, else a new one (W3C Trace Context, version 00). */
+/** A caller's trace when its traceparent is valid, else a new one (W3C Trace Context). */
 export function traceFrom(traceparent: unknown, requestId: unknown): TraceContext {
   const id = typeof requestId === "string" && REQUEST_ID.test(requestId) ? requestId : undefined;
   const m = typeof traceparent === "string" ? TRACEPARENT.exec(traceparent.trim()) : null;
-  if (m && !/^0+$/.test(m[1]!) && !/^0+$/.test(m[2]!)) return { requestId: id, traceId: m[1]!, parentId: m[2]!, flags: m[3]! };
+  const traceId = m?.[1] ?? m?.[4];
+  const parentId = m?.[2] ?? m?.[5];
+  if (traceId && parentId && !/^0+$/.test(traceId) && !/^0+$/.test(parentId)) {
+    // A later version's flags are read as 00's: only the sampled bit is known.
+    const flags = m![3] ?? (parseInt(m![6]!, 16) & 1 ? "01" : "00");
+    return { requestId: id, traceId, parentId, flags };
+  }
   return { requestId: id, traceId: newTraceId(), parentId: newSpanId(), flags: "01" };
 }
 
