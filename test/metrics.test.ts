@@ -3,6 +3,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import http2 from "node:http2";
 import net from "node:net";
+import { readFileSync } from "node:fs";
 import { gunzipSync } from "node:zlib";
 import { Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
@@ -77,6 +78,8 @@ describe("gateway and LinkService metrics", () => {
       expect(sample(text, series), series).toBe(0);
     }
     expect(sample(text, "paylink_notifier_attempts_in_flight")).toBe(3);
+    // Each process's release (package.json's version) and Node.js version.
+    expect(sample(scrapes[0]!, `paylink_build_info{version="${JSON.parse(readFileSync("package.json", "utf8")).version}",node_version="${process.version}"}`)).toBe(1);
   });
 
   it("counts the methods no route serves as one label value, other: a scan cannot mint series", async () => {

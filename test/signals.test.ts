@@ -251,6 +251,8 @@ describe("SIGTERM under load", () => {
       expect(Date.now() - signalled).toBeLessThan(10_000);
       expect(lines.some((line) => line.msg === "drained")).toBe(true);
       expect(lines.filter((line) => line.level >= 50)).toEqual([]);
+      // Which release: a rolling upgrade's copies told apart.
+      expect(lines.find((line) => line.msg === "started")).toMatchObject({ version: JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).version, node: process.version });
     } finally {
       silent.close();
     }

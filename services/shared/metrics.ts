@@ -6,6 +6,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { collectDefaultMetrics, Gauge, Registry } from "prom-client";
 import { anyAddress } from "./any-address.js";
+import { RELEASE } from "./release.js";
 
 /** Seconds; from a fast RPC (about a millisecond) to a slow payment. */
 export const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -13,6 +14,12 @@ export const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 export function createRegistry(): Registry {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: "paylink_" });
+  new Gauge({
+    name: "paylink_build_info",
+    help: "Always 1; its labels name the release and the Node.js version this process runs.",
+    labelNames: ["version", "node_version"],
+    registers: [registry],
+  }).set({ version: RELEASE.version, node_version: RELEASE.node }, 1);
   return registry;
 }
 

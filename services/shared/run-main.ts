@@ -2,6 +2,7 @@
 // start-up with a message naming it), start, and drain on SIGTERM/SIGINT.
 import { type Config, ConfigError, loadConfig } from "./config.js";
 import { createLogger, type Logger } from "./logger.js";
+import { RELEASE } from "./release.js";
 import { StartupError } from "./startup-error.js";
 import { startTelemetry } from "./telemetry.js";
 import { withTimeout } from "./with-timeout.js";
@@ -34,6 +35,8 @@ export async function runMain(
     const telemetry = await startTelemetry(name);
     if (telemetry) logger.info({ endpoint: withoutCredentials(telemetry.endpoint) }, "exporting spans (OpenTelemetry)");
     const started = await start(config, logger);
+    // Once up (a start that fails is one line naming why, nothing more): which release runs here.
+    logger.info({ version: RELEASE.version, node: RELEASE.node }, "started");
     running = {
       async close() {
         await started.close();
