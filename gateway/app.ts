@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { type IncomingMessage, type ServerResponse, STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, LogController } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { sendPage } from "./checkout/layout.js";
 import { checkout } from "./checkout/routes.js";
 import { statusPage } from "./checkout/status-page.js";
@@ -17,7 +17,7 @@ import { AJV_OPTIONS, describeSchemaError } from "./request-rules.js";
 import { probes } from "./probes.js";
 import { registerRateLimits } from "./rate-limits.js";
 import { rest } from "./rest.js";
-import { endSpans, tracedChildLogger } from "./trace.js";
+import { endSpans, OneLinePerRequest, tracedChildLogger } from "./trace.js";
 import { ALL_METHODS, headerText, literalIfUndecodable, sendError } from "./routing.js";
 
 export type { GatewayDeps } from "./deps.js";
@@ -77,7 +77,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     genReqId: requestIdOf,
     requestIdHeader: false,
     // The same names on every process's log lines: requestId and traceId.
-    logController: new LogController({ requestIdLogLabel: "requestId" }),
+    logController: new OneLinePerRequest({ requestIdLogLabel: "requestId" }),
     childLoggerFactory: tracedChildLogger as never,
     // A drain serves what reaches it (each answer with Connection: close, so
     // clients move to another copy) instead of Fastify's own 503 body.

@@ -79,7 +79,11 @@ it("follows one payment from the pay request to the webhook's log line by its re
 
   // The gateway's lines for the request carry both ids; so does every line naming the request.
   const gatewayLines = lines.filter((l) => l.requestId === requestId && l.msg === "request completed");
-  expect(gatewayLines.length).toBeGreaterThan(0);
+  // One line for the request, with all an operator counts by (no join with an "incoming request" line).
+  expect(gatewayLines).toEqual([
+    expect.objectContaining({ method: "POST", url: `/link/${created.body.id}/pay`, route: "/link/:id/pay", statusCode: 200, remoteAddress: "127.0.0.1" }),
+  ]);
+  expect(lines.filter((l) => l.msg === "incoming request")).toEqual([]);
   for (const line of lines.filter((l) => l.requestId === requestId)) expect(line.traceId).toBe(traceId);
 
   // A redelivery is published and attempted in the trace of the request that asked for it.
