@@ -563,12 +563,12 @@ describe("SIGTERM under load", () => {
     expectRefusedAtStart(
       "paylink_start_badport",
       { EMBEDDED_POSTGRES_PORT: "5432x" },
-      'configuration error: EMBEDDED_POSTGRES_PORT must be a port number from 0 to 65535; got "5432x"',
+      '[start] configuration error: EMBEDDED_POSTGRES_PORT must be a port number from 0 to 65535; got "5432x"',
     ));
 
   it("`npm start` refuses a CPU_PROF_DIR it cannot write to, naming it, before it starts anything", () =>
     // Each service's exit had hung on writing its profile there, until the supervisor's SIGKILL 20 s later.
-    expectRefusedAtStart("paylink_start_profdir", { CPU_PROF_DIR: "/proc/paylink-profiles" }, "configuration error: CPU_PROF_DIR must be a folder this user can write to"));
+    expectRefusedAtStart("paylink_start_profdir", { CPU_PROF_DIR: "/proc/paylink-profiles" }, "[start] configuration error: CPU_PROF_DIR must be a folder this user can write to"));
 
   it("`npm start` takes a CPU_PROF_DIR of only spaces as unset: no folder made, no profile written", START_AND_STOP, async () => {
     const blank = path.join(ROOT, "  ");
@@ -587,7 +587,7 @@ describe("SIGTERM under load", () => {
     const file = path.join(tmpdir(), `paylink-profiles-file-${process.pid}`);
     writeFileSync(file, "");
     try {
-      await expectRefusedAtStart("paylink_start_proffile", { CPU_PROF_DIR: file }, "configuration error: CPU_PROF_DIR must be a folder this user can write to");
+      await expectRefusedAtStart("paylink_start_proffile", { CPU_PROF_DIR: file }, "[start] configuration error: CPU_PROF_DIR must be a folder this user can write to");
     } finally {
       rmSync(file, { force: true });
     }

@@ -56,7 +56,8 @@ try {
   }
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
-  console.error(`configuration error: ${err.message}`);
+  // As every line npm start writes of its own: [start] tells it from the services'.
+  console.error(`[start] configuration error: ${err.message}`);
   process.exit(1);
 }
 
