@@ -13,9 +13,9 @@ import { type TraceContext, traceFrom, traceHeaders } from "../services/shared/t
 // walk, and short-lived entries made them slow (a loop of 3 million objects:
 // 45 ms a scavenge against 0.1).
 const TRACE = Symbol("paylink.trace");
-const PROBES = new Set(["/healthz", "/readyz"]);
 const SPAN = Symbol("paylink.span");
 type Traced = RawRequestDefaultExpression & { [TRACE]?: TraceContext; [SPAN]?: OpenSpan };
+const PROBES = new Set(["/healthz", "/readyz"]);
 
 /** Fastify's childLoggerFactory: the request's logger, with its traceId. */
 export function tracedChildLogger(

@@ -251,6 +251,7 @@ describe("the admin service", () => {
     const since = lines.length;
     const { id, secret } = await newKey("auth-audit");
     await admin.revokeApiKey({ id }, asAdmin);
+    await admin.revokeApiKey({ id }, asAdmin); // again: kept, and not audited twice
     await expect(admin.listApiKeys({ clientId: "auth-audit" }, { headers: { authorization: "Bearer wrong" } })).rejects.toMatchObject({
       code: Code.Unauthenticated,
     });
@@ -309,17 +310,22 @@ describe("the admin service", () => {
     expect((await create("auth-cli", bearer(created.secret))).status).toBe(401);
   });
 
-  it("prints its usage for --help, -h and help, exit 0, without needing ADMIN_TOKEN; with no command, usage and exit 1", async () => {
+  it("prints its usage for --help, -h and help, exit 0, without needing ADMIN_TOKEN; with no command, usage on stderr and exit 1", async () => {
     const run = (...args: string[]) =>
       promisify(execFile)("npx", ["tsx", "services/admin/cli.ts", ...args], { env: { ...process.env, ADMIN_TOKEN: "" } }).then(
-        ({ stdout }) => ({ code: 0, stdout }),
-        (err: { code: number; stdout: string }) => ({ code: err.code, stdout: err.stdout }),
+        ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+        (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }),
       );
     for (const args of [["--help"], ["-h"], ["help"], ["keys", "--help"]]) {
       const { code, stdout } = await run(...args);
       expect({ args, code }).toEqual({ args, code: 0 });
       expect(stdout).toMatch(/^usage:\n  npm run admin -- keys create --client <client id>/);
     }
-    expect(await run()).toMatchObject({ code: 1, stdout: expect.stringMatching(/^usage:/) });
+    expect(await run()).toMatchObject({ code: 1, stdout: "", stderr: expect.stringMatching(/^a command is required\nusage:/) });
+    // A client id that reads like help is a client id: no usage and exit 0 instead of the command.
+    expect(await run("keys", "create", "--client", "help")).toMatchObject({
+      code: 1,
+      stderr: "admin: configuration error: ADMIN_TOKEN must be set to reach the admin service\n",
+    });
   });
 });

@@ -17,11 +17,13 @@ class UsageError extends Error {}
 const HELP = new Set(["help", "--help", "-h"]);
 
 async function main(argv: string[]): Promise<unknown> {
-  // Before the configuration: an operator asking how to use it has not set ADMIN_TOKEN yet.
-  if (argv.length === 0 || argv.some((arg) => HELP.has(arg))) {
+  // Before the configuration: an operator asking how to use it has not set
+  // ADMIN_TOKEN yet. Only in a command's place: `--client help` is a client id.
+  if (HELP.has(argv[0] ?? "") || (argv[0] === "keys" && HELP.has(argv[1] ?? ""))) {
     console.log(USAGE);
-    process.exit(argv.length === 0 ? 1 : 0);
+    process.exit(0);
   }
+  if (argv.length === 0) throw new UsageError("a command is required");
   const config = loadConfig();
   if (!config.adminToken) throw new ConfigError("ADMIN_TOKEN must be set to reach the admin service");
   const admin = createClient(

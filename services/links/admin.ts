@@ -55,11 +55,13 @@ export function createAdminService({ db, clock, env, onRevoked, logger }: AdminD
       return { apiKeys: rows.map(toApiKey) };
     },
     async revokeApiKey(req) {
-      const row = KEY_ID.test(req.id) ? await keys.revokeKey(db, req.id, clock.now()) : undefined;
-      if (!row) throw new ConnectError("API key not found", Code.NotFound);
-      onRevoked(row.id);
-      logger.info({ keyId: row.id, clientId: row.clientId }, "API key revoked");
-      return { apiKey: toApiKey(row) };
+      const revoked = KEY_ID.test(req.id) ? await keys.revokeKey(db, req.id, clock.now()) : undefined;
+      if (!revoked) throw new ConnectError("API key not found", Code.NotFound);
+      const { key } = revoked;
+      onRevoked(key.id);
+      // Revoking again keeps the first time, and is no new event to audit.
+      if (revoked.now) logger.info({ keyId: key.id, clientId: key.clientId }, "API key revoked");
+      return { apiKey: toApiKey(key) };
     },
   };
 }

@@ -24,16 +24,19 @@ export async function listKeys(db: Executor, clientId: string): Promise<ApiKeyRo
   return db.select().from(apiKeys).where(eq(apiKeys.clientId, clientId)).orderBy(asc(apiKeys.id));
 }
 
-/** Revokes a key (keeping the first revocation time); undefined when there is no such key. */
-export async function revokeKey(db: Executor, id: string, at: Date): Promise<ApiKeyRow | undefined> {
+/**
+ * Revokes a key (keeping the first revocation time); undefined when there is
+ * no such key. `now` says whether this call revoked it, or found it revoked.
+ */
+export async function revokeKey(db: Executor, id: string, at: Date): Promise<{ key: ApiKeyRow; now: boolean } | undefined> {
   const [revoked] = await db
     .update(apiKeys)
     .set({ revokedAt: at })
     .where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt)))
     .returning();
-  if (revoked) return revoked;
+  if (revoked) return { key: revoked, now: true };
   const [existing] = await db.select().from(apiKeys).where(eq(apiKeys.id, id));
-  return existing;
+  return existing && { key: existing, now: false };
 }
 
 /** Records a use to the minute, unless this minute is already recorded (by any copy). */

@@ -78,6 +78,12 @@ function answerBudget(items: number) {
   };
 }
 
+// The single call each item of a batch stands for names its span: the batch is the hop's, not the request's.
+const ITEM_SPAN = {
+  BatchGetLinks: "/paylink.v1.LinkService/GetLink",
+  BatchCreateLinks: "/paylink.v1.LinkService/CreateLink",
+} as const;
+
 export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof LinkService> {
   const { db, clock, checkoutBaseUrl, batched } = deps;
 
@@ -125,13 +131,12 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
 
   /** Runs each item as its own call would run, each with its own result or error. */
   function eachItem<I extends { clientId: string; authorization: string; requestId: string; traceparent: string }, O>(
-    procedure: string,
+    procedure: keyof typeof ITEM_SPAN,
     items: I[],
     one: (clientId: string, item: I) => Promise<O>,
   ): Promise<{ result: { case: "response"; value: O } | { case: "error"; value: ReturnType<typeof statusFromError> } }[]> {
     if (items.length > MAX_BATCH_ITEMS) throw invalid(`items must hold at most ${MAX_BATCH_ITEMS} items`);
-    // The single call each item stands for names its span (the batch is the hop's, not the request's).
-    const spanName = `/paylink.v1.LinkService/${procedure.replace(/^Batch(\w+)s$/, "$1")}`;
+    const spanName = ITEM_SPAN[procedure];
     return Promise.all(
       items.map((item) => {
         // Each item in its own request's trace, as its own call would run: its

@@ -216,8 +216,9 @@ export function createHandler(deps: HandlerDeps) {
 
   function failed(msg: JsMsg, err: unknown): false {
     const stopping = deps.stopping?.() ?? false;
-    metrics.handlingFailed(unavailable(err) ? "links_unavailable" : "error");
-    if (unavailable(err) && !stopping) void awayPass(Promise.reject(err));
+    const away = unavailable(err);
+    metrics.handlingFailed(away ? "links_unavailable" : "error");
+    if (away && !stopping) void awayPass(Promise.reject(err));
     else logger[stopping ? "warn" : "error"]({ err, seq: msg.seq, ...idsOf(msg) }, "event handling failed; retrying later");
     msg.nak(5000);
     return false;

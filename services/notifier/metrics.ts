@@ -12,7 +12,7 @@ export type AttemptOutcome = "delivered" | "gone" | "failed" | "refused";
 /** Seconds; webhooks answer in milliseconds, retries wait up to a day. */
 const LATENCY_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400];
 
-/** Why an event's handling failed, to be tried again: the LinkService away, or anything else (logged as an error). */
+/** Why an event's handling failed, to be tried again: the LinkService away, or anything else (an error line, but while draining). */
 export type HandlingFailure = "links_unavailable" | "error";
 
 export function createMetrics(registry: Registry = createRegistry(), opts: { attemptsInFlight?: () => number } = {}) {
@@ -45,7 +45,7 @@ export function createMetrics(registry: Registry = createRegistry(), opts: { att
   if (inFlight) {
     new Gauge({
       name: "paylink_notifier_attempts_in_flight",
-      help: "Events this copy is handling now (at most 64): at the bound for long, receivers are slow or the LinkService is.",
+      help: "Events this copy is handling now (at most its concurrency, 64 by default): at the bound for long, receivers are slow or the LinkService is.",
       registers,
       collect() {
         this.set(inFlight());

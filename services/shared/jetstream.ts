@@ -273,22 +273,28 @@ export async function watchConnection(
  * half-open, leaves the client "connected" until its own pings give up
  * (pingInterval × maxPingOut, 20 s here), while readiness must turn within
  * 2 s (CONTRACT "Timeouts"). So one PING is kept asked, and the server is
- * silent once an answer is owed for longer than silentAfterMs. A reconnect
- * fails the PING owed, so the next one goes on the new connection.
+ * silent once an answer is owed for longer than silentAfterMs and nothing
+ * else came from it meanwhile (a PONG queued behind a burst of messages is
+ * late, not missing). A reconnect fails the PING owed, so the next one goes
+ * on the new connection; the connection's close ends the asking.
  */
 export function watchAnswers(conn: NatsConnection, opts: { everyMs?: number; silentAfterMs?: number } = {}) {
   const silentAfterMs = opts.silentAfterMs ?? 1_000;
   let owedSince: number | undefined;
+  let bytesWhenAsked = 0;
   const ask = () => {
     if (owedSince !== undefined || conn.isClosed()) return;
     owedSince = Date.now();
+    bytesWhenAsked = conn.stats().inBytes;
     const answered = () => void (owedSince = undefined);
     conn.flush().then(answered, answered);
   };
   const timer = setInterval(ask, opts.everyMs ?? 500);
   timer.unref();
+  const stop = () => clearInterval(timer);
+  void conn.closed().then(stop, stop);
   return {
-    answering: () => owedSince === undefined || Date.now() - owedSince < silentAfterMs,
-    stop: () => clearInterval(timer),
+    answering: () => owedSince === undefined || Date.now() - owedSince < silentAfterMs || conn.stats().inBytes > bytesWhenAsked,
+    stop,
   };
 }

@@ -49,13 +49,14 @@ export function metricsHandler(registry: Registry) {
   };
 }
 
-/** A listener for /metrics alone (the gateway's and the LinkService's). */
+/** The gateway's and the LinkService's listener apart from their API ports: /metrics, and /healthz for liveness. */
 export async function serveMetrics(opts: { registry: Registry; port: number; host?: string }) {
   const handle = metricsHandler(opts.registry);
   const server = http.createServer((req, res) => {
     // Liveness: the process runs. The LinkService's gRPC health check says
     // NOT_SERVING while PostgreSQL is away, right for readiness, and a
-    // liveness probe on it would restart every copy through an outage.
+    // liveness probe on it would restart every copy through an outage (the
+    // gateway has /healthz on its API port too; here it is for symmetry).
     if ((req.url ?? "").split("?")[0] === "/healthz") {
       res.writeHead(200, { "content-type": "application/json; charset=utf-8" }).end('{"status":"ok"}');
       return;

@@ -1,7 +1,7 @@
 // Which release a process runs, for its start line and paylink_build_info:
 // during a rolling upgrade an operator tells the copies apart by it. Read
-// from package.json, found above this file from the sources (tsx) and from
-// dist/ alike, as the image holds both.
+// from package.json, found above this file whether it runs from the sources
+// (tsx, a checkout) or from dist/ (the image).
 import { readFileSync } from "node:fs";
 
 function packageVersion(): string {
