@@ -104,7 +104,7 @@ export class OneLinePerRequest extends LogController {
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
     // At LOG_LEVEL=warn (the benchmark's) a request costs no line, and no fields either.
-    if (this.isLogDisabled(request) || !(reply.log as unknown as RequestLogger).isLevelEnabled(error ? "error" : "info")) return;
+    if (this.isLogDisabled(request) || !(reply.log as unknown as Pick<Logger, "isLevelEnabled">).isLevelEnabled(error ? "error" : "info")) return;
     const fields = {
       method: request.method,
       url: request.url,

@@ -8,12 +8,12 @@ import type { ConsumerMessages, JsMsg, NatsConnection } from "nats";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
+import { serveMetrics } from "../shared/metrics.js";
 import { passLog } from "../shared/pass-log.js";
 import { addressPolicy } from "./address-policy.js";
 import { createDeliverer } from "./deliver.js";
 import { createHandler } from "./handle.js";
 import { createAttemptSlots } from "./attempt-slots.js";
-import { serveHealth } from "./health.js";
 import {
   connectForever,
   DEFAULT_TOPOLOGY,
@@ -118,16 +118,19 @@ export async function startNotifier(opts: NotifierOptions) {
     inflight.size >= concurrency || Date.now() - lastPullAt < pullExpiresMs * 2 + 2_000;
   // "connected" is the client's word; a frozen server keeps it for 20 s.
   const natsState = () => (!connected ? "disconnected" : answers && !answers.answering() ? "silent" : "connected");
-  const health = await serveHealth({
+  // Ready means connected to NATS and consuming.
+  const health = await serveMetrics({
+    registry: metrics.registry,
     port: opts.port,
     host: opts.host,
-    ready: () => natsState() === "connected" && consumerHealthy() && !stopping,
-    details: () => ({
-      nats: natsState(),
-      // Not "consuming" off a connection that is gone or silent, whatever the last pull's time.
-      consumer: stopping ? "draining" : natsState() === "connected" && consumerHealthy() ? "consuming" : "stalled",
+    ready: () => ({
+      ready: natsState() === "connected" && consumerHealthy() && !stopping,
+      details: {
+        nats: natsState(),
+        // Not "consuming" off a connection that is gone or silent, whatever the last pull's time.
+        consumer: stopping ? "draining" : natsState() === "connected" && consumerHealthy() ? "consuming" : "stalled",
+      },
     }),
-    metrics,
   });
 
   async function ensureTopology(conn: NatsConnection): Promise<void> {

@@ -1,7 +1,7 @@
 // Prometheus metrics with prom-client: one registry per process (tests start
 // several processes' parts in one Node process, so never the global one),
-// the default process metrics, and a /metrics listener apart from any
-// public port.
+// the default process metrics, and each process's operator port (/metrics,
+// /healthz, the notifier's /readyz) apart from any public one.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { collectDefaultMetrics, Gauge, Registry } from "prom-client";
@@ -35,35 +35,39 @@ export function natsConnectedGauge(registry: Registry, connection: string): Gaug
   return gauge;
 }
 
-/** Answers GET /metrics in the Prometheus text format, and nothing else. */
-export function metricsHandler(registry: Registry) {
-  return async (req: http.IncomingMessage, res: http.ServerResponse): Promise<boolean> => {
-    if ((req.url ?? "/").split("?")[0] !== "/metrics") return false;
-    try {
-      const text = await registry.metrics();
-      res.writeHead(200, { "content-type": registry.contentType }).end(req.method === "HEAD" ? undefined : text);
-    } catch (err) {
-      res.writeHead(500, { "content-type": "text/plain" }).end(String(err));
-    }
-    return true;
-  };
-}
-
-/** The gateway's and the LinkService's listener apart from their API ports: /metrics, and /healthz for liveness. */
-export async function serveMetrics(opts: { registry: Registry; port: number; host?: string }) {
-  const handle = metricsHandler(opts.registry);
+/**
+ * Each process's port for the platform, never for merchants: GET /healthz
+ * (liveness: the process runs), /metrics, and, given `ready`, /readyz (the
+ * notifier's; the gateway's is on its API port). /healthz is here for the
+ * LinkService above all: its gRPC health check says NOT_SERVING while
+ * PostgreSQL is away, right for readiness, and a liveness probe on it would
+ * restart every copy through an outage.
+ */
+export async function serveMetrics(opts: {
+  registry: Registry;
+  port: number;
+  host?: string;
+  /** Whether the process is ready, and what readiness rests on (shown in /readyz's body). */
+  ready?: () => { ready: boolean; details: Record<string, string> };
+}) {
+  const { registry, ready } = opts;
   const server = http.createServer((req, res) => {
-    // Liveness: the process runs. The LinkService's gRPC health check says
-    // NOT_SERVING while PostgreSQL is away, right for readiness, and a
-    // liveness probe on it would restart every copy through an outage (the
-    // gateway has /healthz on its API port too; here it is for symmetry).
-    if ((req.url ?? "").split("?")[0] === "/healthz") {
-      res.writeHead(200, { "content-type": "application/json; charset=utf-8" }).end('{"status":"ok"}');
-      return;
+    const path = (req.url ?? "/").split("?")[0];
+    const json = (status: number, body: unknown, headers: Record<string, string> = {}) => {
+      res.writeHead(status, { "content-type": "application/json; charset=utf-8", ...headers }).end(JSON.stringify(body));
+    };
+    if (req.method !== "GET" && req.method !== "HEAD") return json(405, { error: "Method not allowed" }, { allow: "GET, HEAD" });
+    if (path === "/healthz") return json(200, { status: "ok" });
+    if (path === "/readyz" && ready) {
+      const { ready: yes, details } = ready();
+      // Retry-After as on every other 503 of the service: a probe or a client may go by it.
+      return yes ? json(200, { status: "ready", ...details }) : json(503, { status: "not ready", ...details }, { "retry-after": "1" });
     }
-    void handle(req, res).then((done) => {
-      if (!done) res.writeHead(404, { "content-type": "text/plain" }).end("Not found\n");
-    });
+    if (path !== "/metrics") return json(404, { error: "Not found" });
+    registry.metrics().then(
+      (text) => res.writeHead(200, { "content-type": registry.contentType }).end(req.method === "HEAD" ? undefined : text),
+      (err: unknown) => res.writeHead(500, { "content-type": "text/plain" }).end(String(err)),
+    );
   });
   return listenHttp(server, opts.port, opts.host);
 }
