@@ -52,9 +52,10 @@ afterAll(async () => {
   await stack?.close();
 });
 
-async function createLink(data: Record<string, unknown>) {
+async function createLink(data: Record<string, unknown>, fields: Record<string, unknown> = {}) {
   const res = await api(stack, "POST", "/v1/links", {
     body: {
+      ...fields,
       type: "payment",
       data: { amount: { value: 42.5, currency: "USD" }, merchant_name: "Northwind Coffee", ...data },
       metadata: { api_key: "sk_never_shown", webhook: "https://hooks.example/paid" },
@@ -267,6 +268,78 @@ it("shows the 410 page for an expired link and the 404 page for an unknown one",
   expect((await page.goto(`http://${CHECKOUT_HOST}/link/lnk-unknown`))!.status()).toBe(404);
   expect(await page.getByRole("heading", { level: 2 }).innerText()).toBe("Payment link not found");
   await close();
+});
+
+const LAPSED = "This payment link has expired. Ask the merchant for a new link if you still need to pay.";
+
+it("turns Pay off when the link's time runs out while its page is open, and sends nothing after", async () => {
+  const link = await createLink({ description: "Order #2010" }, { expires_in: 60 });
+  const { page, problems, close } = await newPage();
+  await page.clock.install();
+  const sent: string[] = [];
+  page.on("request", (req) => {
+    if (new URL(req.url()).pathname.endsWith("/pay")) sent.push(req.method());
+  });
+  await page.goto(link.url);
+  await page.clock.runFor(50_000);
+  expect(await page.locator("#pay-button").getAttribute("aria-disabled")).toBeNull();
+  expect(await page.locator("#status").innerText()).toBe("");
+  await page.clock.runFor(11_000);
+  await expect.poll(() => page.locator("#status").innerText()).toBe(LAPSED);
+  expect(await page.locator("#pay-button").getAttribute("aria-disabled")).toBe("true");
+  expect(await page.locator("#expiry-note").isHidden()).toBe(true);
+  await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+  await page.getByLabel("Expiry date").fill("12/34");
+  await page.getByLabel("Security code (CVC)").fill("123");
+  // aria-disabled, which Playwright will not click: the keyboard still submits.
+  await page.locator("#pay-button").focus();
+  await page.keyboard.press("Enter");
+  await page.waitForTimeout(300);
+  expect(sent).toEqual([]);
+  expect(await page.locator("#status").innerText()).toBe(LAPSED);
+  expect(problems).toEqual([]);
+  await close();
+});
+
+it("lets an attempt under way when the link's time runs out finish: a payment it made is shown, one in doubt can still ask, a refusal then says the link expired", async () => {
+  for (const outcome of ["paid", "in doubt", "declined"] as const) {
+    const link = await createLink({ description: `Order #2011 ${outcome}` }, { expires_in: 60 });
+    const { page, problems, close } = await newPage();
+    await page.clock.install();
+    const pay = await holdPay(page);
+    await page.goto(link.url);
+    await page.getByLabel("Card number").fill("4242 4242 4242 4242");
+    await page.getByLabel("Expiry date").fill("12/34");
+    await page.getByLabel("Security code (CVC)").fill("123");
+    await page.locator("#pay-button").click();
+    await pay.inFlight();
+    await page.clock.runFor(61_000);
+    expect(await page.locator("#status").innerText()).toBe("Processing your payment\u2026");
+    if (outcome === "paid") {
+      await pay.answer(200, { link_id: link.id, payment_id: "pay-at-the-edge", transaction_id: "txn-edge", status: "succeeded" });
+      await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible()).toBe(true);
+      expect(await page.locator("#payment-id").innerText()).toBe("pay-at-the-edge");
+    } else if (outcome === "in doubt") {
+      // Every try answered 503: it may have paid, so Pay stays on to ask again with its key.
+      for (let tries = 0; tries < 6; tries++) {
+        await pay.inFlight();
+        await pay.answer(503, { error: "Service unavailable" });
+        await page.clock.runFor(5_000);
+      }
+      await expect.poll(() => page.locator("#status").innerText()).toBe("Service unavailable. Please try again.");
+      expect(await page.locator("#pay-button").getAttribute("aria-disabled")).toBeNull();
+      await page.locator("#pay-button").click();
+      await pay.inFlight();
+      await pay.answer(200, { link_id: link.id, payment_id: "pay-in-doubt", transaction_id: "txn-doubt", status: "succeeded" });
+      await expect.poll(() => page.locator("#payment-id").innerText()).toBe("pay-in-doubt");
+    } else {
+      await pay.answer(402, { error: "Payment declined" });
+      await expect.poll(() => page.locator("#status").innerText()).toBe(LAPSED);
+      expect(await page.locator("#pay-button").getAttribute("aria-disabled")).toBe("true");
+    }
+    expect(problems).toEqual([]);
+    await close();
+  }
 });
 
 it("retries one attempt with one Idempotency-Key when the answer is lost or 503, and shows the payment it made", async () => {

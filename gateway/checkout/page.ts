@@ -12,6 +12,8 @@ import { documentOf } from "./layout.js";
 export interface PageOptions {
   /** The test environment says so on the page, with a card that works. */
   testMode: boolean;
+  /** The server's clock, in milliseconds: the page counts down to expiry from it, not from the customer's clock. */
+  now: number;
 }
 
 const METHOD_LABELS: Record<MethodName, string> = { card: "Card", bank_transfer: "Bank transfer" };
@@ -48,7 +50,8 @@ export function checkoutPage(checkout: Checkout, opts: PageOptions): string {
   const customer = data.customer;
   const cancelUrl = canonicalHttpUrl(data.cancelUrl);
   const merchant = merchantNameOf(data);
-  const expiresAt = checkout.expiresAt ? formatExpiry(timestampDate(checkout.expiresAt)) : undefined;
+  const expiry = checkout.expiresAt ? timestampDate(checkout.expiresAt) : undefined;
+  const expiresAt = expiry ? formatExpiry(expiry) : undefined;
 
   const items = data.items.length
     ? html`<ul class="items" aria-label="Items">
@@ -110,7 +113,7 @@ ${merchantHeader(data, opts.testMode, "Payment to")}
 </section>
 <section class="panel" aria-label="Payment">
   <noscript><p class="status error">This page needs JavaScript to take your payment. Turn it on and reload the page.</p></noscript>
-  <form id="pay-form" novalidate>
+  <form id="pay-form" novalidate${expiry ? html` data-expires-in-ms="${String(Math.max(0, expiry.getTime() - opts.now))}"` : ""}>
     <div id="pay-fields">
       ${methodChoice}
       ${cardFields}

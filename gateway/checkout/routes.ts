@@ -40,7 +40,7 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, deps) => {
         const status = httpErrorOf(refused)!.status;
         return sendPage(reply, status, statusPage(status, { data: checkout.data, testMode }));
       }
-      return sendPage(reply, 200, checkoutPage(checkout, { testMode }));
+      return sendPage(reply, 200, checkoutPage(checkout, { testMode, now: Date.now() }));
     },
   }, { schema: ROUTE_SCHEMAS.checkoutPage });
 

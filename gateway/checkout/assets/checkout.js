@@ -48,6 +48,16 @@
   // A try of this page's attempt got no definite answer (lost, or a 5xx):
   // it may have paid, so the cancel link stays off until the attempt settles.
   var doubtful = false;
+  // The link's time ran out while the page was open. Counted from the
+  // server's clock when it made the page, so a customer's wrong clock does
+  // not move it.
+  var lapsed = false;
+  if (form.hasAttribute("data-expires-in-ms")) {
+    setTimeout(function () {
+      lapsed = true;
+      lapseIfClear();
+    }, Number(form.getAttribute("data-expires-in-ms")) || 0);
+  }
 
   function recallAttempt() {
     try {
@@ -284,6 +294,20 @@
     button.textContent = payLabel;
     announce(message, "error");
     (focusOn || button).focus();
+    lapseIfClear();
+  }
+
+  // Once the link has lapsed, Pay goes off rather than send an attempt the
+  // server can only refuse; but not while an attempt is under way or its
+  // outcome unknown: it may have paid the link, and asking again with its
+  // key is how the customer finds out. Nor does it say nothing was taken: a
+  // link paid in another tab lapses here too.
+  function lapseIfClear() {
+    if (!lapsed || busy || retired || unsettled || earlier.length || !success.hidden) return;
+    retire();
+    var expiryNote = document.getElementById("expiry-note");
+    if (expiryNote) expiryNote.hidden = true;
+    announce("This payment link has expired. Ask the merchant for a new link if you still need to pay.", "error");
   }
 
   // aria-disabled, not disabled: a disabled button cannot hold the focus.
