@@ -289,7 +289,9 @@ export function watchAnswers(conn: NatsConnection, opts: { everyMs?: number; sil
     const answered = () => void (owedSince = undefined);
     conn.flush().then(answered, answered);
   };
-  const timer = setInterval(ask, opts.everyMs ?? 500);
+  // A quarter second between asks keeps the worst case (just missed, then
+  // silentAfterMs) well inside 2 s on a loaded machine.
+  const timer = setInterval(ask, opts.everyMs ?? 250);
   timer.unref();
   const stop = () => clearInterval(timer);
   void conn.closed().then(stop, stop);
