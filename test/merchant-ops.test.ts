@@ -395,7 +395,8 @@ describe("Idempotency-Key", () => {
       const ms = performance.now() - started;
       // Batched behind the waiting creates, it had answered 503 after 1.8 s, its link committed.
       expect(plain.status, plain.text).toBe(201);
-      expect(ms, `answered after ${Math.round(ms)} ms`).toBeLessThan(1_000);
+      // Well under the 1.8 s it had taken, with room for a loaded machine.
+      expect(ms, `answered after ${Math.round(ms)} ms`).toBeLessThan(1_500);
       void locks.release();
       expect((await slowA).status).toBe(201);
       expect((await slowB).status).toBe(201);
