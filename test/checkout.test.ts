@@ -176,6 +176,7 @@ describe("GET /link/{id}", () => {
     expect(csp).not.toContain("unsafe-inline");
     expect(headers.get("cache-control")).toBe("no-store");
     expect(headers.get("x-frame-options")).toBe("DENY");
+    expect(headers.get("cross-origin-opener-policy")).toBe("same-origin");
     expect(headers.get("referrer-policy")).toBe("no-referrer");
   });
 

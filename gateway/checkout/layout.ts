@@ -26,8 +26,10 @@ ${opts.script ? html`<script>${raw(SCRIPT)}</script>` : ""}
 
 /**
  * A payment page must never be cached (a back button must not show a form
- * for a link already paid), framed (clickjacking) or leak its URL, which is
- * the link itself, to the merchant's site in a Referer.
+ * for a link already paid), framed (clickjacking), reachable from a window
+ * that opened it or that it opens (Cross-Origin-Opener-Policy: no page of
+ * another site holds a handle on it to navigate or probe it), or leak its
+ * URL, which is the link itself, to the merchant's site in a Referer.
  */
 export function sendPage(reply: FastifyReply, status: number, page: string): FastifyReply {
   if (status === 503) reply.header("retry-after", RETRY_AFTER_SECONDS);
@@ -38,6 +40,7 @@ export function sendPage(reply: FastifyReply, status: number, page: string): Fas
     .header("content-security-policy", CONTENT_SECURITY_POLICY)
     .header("x-content-type-options", "nosniff")
     .header("x-frame-options", "DENY")
+    .header("cross-origin-opener-policy", "same-origin")
     .header("referrer-policy", "no-referrer")
     .send(page);
 }
