@@ -43,7 +43,7 @@ export function caller(req: FastifyRequest): Caller {
  * pass as one. Joined, they are no key the LinkService accepts (401 in
  * api-key mode; client-id mode ignores the header).
  */
-function authorizationOf(req: FastifyRequest): string | undefined {
+export function authorizationOf(req: FastifyRequest): string | undefined {
   return headerCount(req, "authorization") < 2 ? req.headers.authorization : headerValues(req, "authorization").join(", ");
 }
 

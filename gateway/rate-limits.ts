@@ -5,6 +5,7 @@
 import rateLimit from "@fastify/rate-limit";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { bearerSecret } from "../services/shared/bearer.js";
+import { authorizationOf } from "./caller.js";
 import { TOO_MANY_REQUESTS } from "./errors.js";
 import type { AuthMode, RateLimit } from "../services/shared/config.js";
 
@@ -47,7 +48,14 @@ export function clientLimits(mode: AuthMode) {
   // A proven key's secret -> its client's bucket, and a client -> its bucket; least recently used first.
   const proven = new Map<string, string>();
   const shared = new Map<string, string>();
-  const keyOf = (req: FastifyRequest) => bearerSecret(req.headers.authorization) ?? req.headers.authorization ?? "";
+  // Every Authorization header, as the LinkService judges them: Node keeps
+  // only the first, and a 401 for two headers whose first is a proven key
+  // took that key out, a fresh budget for it until its next 2xx (a review
+  // got twice a client's limit that way).
+  const keyOf = (req: FastifyRequest) => {
+    const authorization = authorizationOf(req);
+    return bearerSecret(authorization) ?? authorization ?? "";
+  };
   const ownBucket = (req: FastifyRequest) => `${clientOf(req)}\n${keyOf(req)}`;
   const provenBucket = (req: FastifyRequest) => {
     const bucket = proven.get(keyOf(req));

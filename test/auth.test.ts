@@ -15,6 +15,7 @@ import { LinkService } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { apiKeys } from "../services/links/schema.js";
 import { createLogger } from "../services/shared/logger.js";
 import { createDatabase } from "./support/database.js";
+import { curlGrpc } from "./support/grpc-frame.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 const ADMIN_TOKEN = "admin-token-for-tests-0123456789";
@@ -243,6 +244,13 @@ describe("the admin service", () => {
     // The scheme in any case, and one space or more after it (RFC 9110's 1*SP), as for every bearer token.
     expect(await admin.listApiKeys({ clientId: "x" }, { headers: { authorization: `bearer ${ADMIN_TOKEN}` } })).toBeDefined();
     expect(await admin.listApiKeys({ clientId: "x" }, { headers: { authorization: `Bearer   ${ADMIN_TOKEN}` } })).toBeDefined();
+    // Two credentials are none, whichever comes first (curl: connect's client will not send two).
+    const list = (values: string[]) =>
+      curlGrpc(`${stack.linksUrl}/paylink.admin.v1.AdminService/ListApiKeys`, values.map((v) => `authorization: ${v}`));
+    expect((await list([`Bearer ${ADMIN_TOKEN}`])).status).not.toBe(String(Code.Unauthenticated));
+    for (const values of [[`Bearer ${ADMIN_TOKEN}`, "Bearer wrong"], ["Bearer wrong", `Bearer ${ADMIN_TOKEN}`]]) {
+      expect(await list(values)).toEqual({ status: String(Code.Unauthenticated), message: "Invalid admin token" });
+    }
     await expect(admin.revokeApiKey({ id: "key-nope" }, asAdmin)).rejects.toMatchObject({ code: Code.NotFound });
     await expect(admin.createApiKey({ clientId: " " }, asAdmin)).rejects.toMatchObject({ code: Code.InvalidArgument });
   });

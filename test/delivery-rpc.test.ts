@@ -38,6 +38,7 @@ import { DEFAULT_TOPOLOGY } from "../services/shared/jetstream.js";
 import { testClock } from "./support/clock.js";
 import { type Receiver, startReceiver } from "./support/webhooks.js";
 import { inject } from "vitest";
+import { curlGrpc } from "./support/grpc-frame.js";
 
 type Server = Awaited<ReturnType<typeof startLinksServer>>;
 const handle = createDb(inject("databaseUrl"));
@@ -56,8 +57,11 @@ async function server(opts: { internalToken?: string; env?: "test" | "production
     ...opts,
   });
   servers.push(s);
-  return createGrpcTransport({ baseUrl: `http://127.0.0.1:${s.port}` });
+  lastUrl = `http://127.0.0.1:${s.port}`;
+  return createGrpcTransport({ baseUrl: lastUrl });
 }
+/** The address of the server started last, for a client other than connect's. */
+let lastUrl = "";
 
 afterAll(async () => {
   for (const s of servers) await s.close();
@@ -135,6 +139,13 @@ describe("the internal DeliveryService", () => {
     for (const authorization of ["Bearer s3cret-internal", "bearer s3cret-internal", "Bearer  s3cret-internal"]) {
       const ok = await deliveries.startAttempt(probe, { headers: { authorization } });
       expect(ok.action).toBe(StartAttemptAction.SKIP);
+    }
+    // Two credentials are none, whichever comes first (curl: connect's client will not send two).
+    const start = (values: string[]) =>
+      curlGrpc(`${lastUrl}/paylink.internal.v1.DeliveryService/StartAttempt`, values.map((v) => `authorization: ${v}`));
+    expect((await start(["Bearer s3cret-internal"])).status).not.toBe(String(Code.Unauthenticated));
+    for (const values of [["Bearer s3cret-internal", "Bearer wrong"], ["Bearer wrong", "Bearer s3cret-internal"]]) {
+      expect(await start(values)).toEqual({ status: String(Code.Unauthenticated), message: "Invalid internal token" });
     }
     // The merchant API is not behind the internal token.
     await expectCode(

@@ -1,6 +1,5 @@
 // What a black-box probe of the running service found, each closed, over
 // real sockets (run in both PAYLINK_AUTH modes: see vitest.config.ts).
-import { execFile } from "node:child_process";
 import net from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -10,6 +9,7 @@ import { Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkService, LinkType } from "../proto/gen/paylink/v1/link_service_pb.js";
+import { curlGrpc } from "./support/grpc-frame.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
 let stack: Stack;
@@ -274,22 +274,8 @@ describe("gRPC metadata", () => {
     const keyed = await startStack({ auth: "api-key" });
     try {
       const { authorization } = await keyed.merchantHeaders("client-a");
-      // curl: Node's and grpc-js's clients refuse to send authorization twice.
-      const list = async (values: string[]) => {
-        const args = ["-s", "--http2-prior-knowledge", "-X", "POST", "-D", "-", "-o", "/dev/null", "--data-binary", "@-"];
-        for (const header of ["content-type: application/grpc", "te: trailers", "client-id: client-a", ...values.map((v) => `authorization: ${v}`)]) {
-          args.push("-H", header);
-        }
-        const child = execFile("curl", [...args, `${keyed.linksUrl}/paylink.v1.LinkService/ListLinks`]);
-        child.stdin!.end(Buffer.alloc(5)); // an empty ListLinksRequest, framed
-        let out = "";
-        child.stdout!.on("data", (chunk: Buffer) => (out += chunk.toString()));
-        await new Promise((resolve) => child.once("close", resolve));
-        return {
-          status: /^grpc-status: (\d+)/im.exec(out)?.[1],
-          message: decodeURIComponent(/^grpc-message: (.*?)\r?$/im.exec(out)?.[1] ?? ""),
-        };
-      };
+      const list = (values: string[]) =>
+        curlGrpc(`${keyed.linksUrl}/paylink.v1.LinkService/ListLinks`, ["client-id: client-a", ...values.map((v) => `authorization: ${v}`)]);
       expect(await list([authorization!])).toMatchObject({ status: "0" });
       for (const values of [[authorization!, "Bearer sk_test_garbage"], ["Bearer sk_test_garbage", authorization!]]) {
         expect(await list(values)).toEqual({ status: String(grpc.status.UNAUTHENTICATED), message: "Invalid API key" });

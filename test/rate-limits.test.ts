@@ -1,3 +1,4 @@
+import http from "node:http";
 // Rate limits over real sockets: per client on /v1 and per address on pay
 // (each gateway copy counts its own), and the per-link lock against card
 // testing, held in PostgreSQL so that every LinkService copy agrees.
@@ -120,6 +121,36 @@ describe("per client on /v1", () => {
       const statuses = [];
       for (let i = 0; i < 5; i++) statuses.push(await get(i % 2 ? second! : first!, ["Bearer", "bearer", "BEARER", "bEaReR"][i % 4]));
       expect(statuses).toEqual([200, 200, 200, 429, 429]);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("with PAYLINK_AUTH=api-key, two Authorization headers (a 401) take no proven key back out: its client's budget stays one", async () => {
+    const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
+    try {
+      const newKey = async () => {
+        const secret = newSecret("test");
+        await insertKey(own.db, { id: newKeyId(), clientId: "rl-doubled", secretHash: hashSecret(secret), last4: secret.slice(-4), createdAt: new Date() });
+        return secret;
+      };
+      const [first, second] = [await newKey(), await newKey()];
+      const get = async (...authorization: string[]) =>
+        new Promise<number>((resolve, reject) => {
+          // fetch would join them into one line; node:http sends one line per value.
+          const req = http.request(`${own.gatewayUrl}/v1/links`, { headers: { "client-id": "rl-doubled" } }, (answer) => {
+            answer.resume().on("end", () => resolve(answer.statusCode!));
+          });
+          req.setHeader("authorization", authorization.length === 1 ? authorization[0]! : authorization);
+          req.on("error", reject).end();
+        });
+      // Both keys proven: one bucket of 2 × 2 for the client, two tokens of it spent (one by each key's first request).
+      expect([await get(`Bearer ${first}`), await get(`Bearer ${second}`)]).toEqual([200, 200]);
+      const statuses = [];
+      for (let i = 0; i < 4; i++) statuses.push(await get(`Bearer ${first}`));
+      statuses.push(await get(`Bearer ${second}`, "Bearer made-up"), await get(`Bearer ${second}`));
+      // The 401 had made the second key's next requests draw on a fresh bucket of its own.
+      expect(statuses).toEqual([200, 200, 200, 429, 401, 429]);
     } finally {
       await own.close();
     }

@@ -9,7 +9,7 @@ import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
 import { KEY_ID, newKeyId } from "../shared/ids.js";
 import { invalid } from "../shared/rpc-errors.js";
-import { hashSecret, newSecret } from "./auth.js";
+import { hashSecret, newSecret, soleAuthorization } from "./auth.js";
 import { bearerTokenMatcher } from "./bearer-token.js";
 import type { Db } from "./db.js";
 import * as keys from "./key-store.js";
@@ -84,7 +84,7 @@ export function adminGuard(adminToken: string | undefined, logger: Logger): Inte
   return (next) => async (req) => {
     if (req.service.typeName !== AdminService.typeName) return next(req);
     if (!matches) throw new ConnectError("The admin service is off: ADMIN_TOKEN is not set", Code.Unimplemented);
-    if (!matches(req.header.get("authorization"))) {
+    if (!matches(soleAuthorization(req.header, req.contextValues))) {
       logger.warn({ method: req.method.name }, "admin call refused: invalid admin token");
       throw new ConnectError("Invalid admin token", Code.Unauthenticated);
     }

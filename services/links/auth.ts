@@ -162,10 +162,16 @@ export async function authenticateCall(
 ): Promise<void> {
   if (service.typeName !== LinkService.typeName || PUBLIC_METHODS.has(method.name)) return;
   if (values.get(repeatedClientIdKey)) throw clientIdRepeated();
-  // Two keys are no key, as over REST (where they travel joined): Invalid API key in api-key mode.
-  const authorization = values.get(repeatedAuthorizationKey) ? "" : header.get("authorization");
-  values.set(callerKey, await auth.authenticate(header.get("client-id"), authorization, signal));
+  values.set(callerKey, await auth.authenticate(header.get("client-id"), soleAuthorization(header, values), signal));
 }
+
+/**
+ * A call's Authorization, or "" when it came more than once: two credentials
+ * are none, whichever comes first, as over REST (where they travel joined).
+ * Every token check asks here (merchant keys, ADMIN_TOKEN, INTERNAL_TOKEN).
+ */
+export const soleAuthorization = (header: Headers, values: ContextValues): string | null =>
+  values.get(repeatedAuthorizationKey) ? "" : header.get("authorization");
 
 /** The caller the interceptor authenticated; every handler reads it here. */
 export function callerOf(ctx: HandlerContext): string {

@@ -7,6 +7,7 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { DeliveryService } from "../../proto/gen/paylink/internal/v1/delivery_service_pb.js";
 import type { PaylinkEnv } from "../shared/config.js";
+import { soleAuthorization } from "./auth.js";
 import { bearerTokenMatcher } from "./bearer-token.js";
 
 export function internalAuth(opts: { token: string | undefined; env: PaylinkEnv }): Interceptor {
@@ -17,7 +18,7 @@ export function internalAuth(opts: { token: string | undefined; env: PaylinkEnv 
       if (opts.env === "production") throw new ConnectError("INTERNAL_TOKEN is not configured", Code.Unimplemented);
       return next(req);
     }
-    if (!matches(req.header.get("authorization"))) {
+    if (!matches(soleAuthorization(req.header, req.contextValues))) {
       throw new ConnectError("Invalid internal token", Code.Unauthenticated);
     }
     return next(req);
