@@ -233,13 +233,18 @@ const errors = (statuses: Record<number, string>) => ({
       ([status, description]) => [status, errorRef(description, ERROR_HEADERS[Number(status)])],
     ),
   ),
-  default: errorRef("Any other refusal (405 with `Allow`, 413, 415, 429 with `Retry-After`, 500, ...): `{\"error\": message}`"),
+  default: errorRef("Any other refusal (405 with `Allow`, 413 or 415 for a body a route did not expect, 429 with `Retry-After`, 500, ...): `{\"error\": message}`"),
 });
 const MERCHANT_ERRORS = {
   400: "`Client ID header is required`, invalid JSON, or a field's rule",
   401: "`Invalid API key` (PAYLINK_AUTH=api-key)",
   403: "`Unauthorized access`: another client's key or link",
   429: "`Too many requests` (RATE_LIMIT_CLIENT)",
+};
+/** The refusals of a route that reads a JSON body, before any of its fields. */
+const BODY_ERRORS = {
+  413: "`Request body too large`: over 64 KiB",
+  415: "`Content-Type must be application/json`",
 };
 const LINK_ERRORS = { ...MERCHANT_ERRORS, 404: "`Link not found`" };
 const LIVE_LINK_ERRORS = { ...LINK_ERRORS, 409: "`Link has already been used`", 410: "`Link has expired`" };
@@ -270,7 +275,7 @@ export const ROUTE_SCHEMAS = {
           description: "Created",
           headers: { location: Str("/v1/links/{id} of the new link"), ...REPLAYED },
         },
-        ...errors({ ...MERCHANT_ERRORS, 409: "Idempotency-Key in progress", 422: "Idempotency-Key used with a different request" }),
+        ...errors({ ...MERCHANT_ERRORS, ...BODY_ERRORS, 409: "Idempotency-Key in progress", 422: "Idempotency-Key used with a different request" }),
       },
     },
     GET: {
@@ -388,6 +393,7 @@ export const ROUTE_SCHEMAS = {
           404: "`Link not found`",
           409: "`Link has already been used`",
           410: "`Link has expired`",
+          ...BODY_ERRORS,
           422: "Idempotency-Key used with a different payment",
           429: "`Too many requests`",
         }),

@@ -90,6 +90,14 @@ describe("/openapi.json", () => {
     expect(doc.paths["/v1/links/{id}/events/{eventId}/redeliver"].post.responses["404"].description).toMatch(/`Link not found` or `Event not found`/);
   });
 
+  it("names the 413 and 415 of each route that reads a JSON body, with their messages", async () => {
+    const doc = await (await fetch(`${stack.gatewayUrl}/openapi.json`)).json();
+    for (const operation of [doc.paths["/v1/links"].post, doc.paths["/link/{id}/pay"].post]) {
+      expect(operation.responses["413"].description).toMatch(/`Request body too large`/);
+      expect(operation.responses["415"].description).toMatch(/`Content-Type must be application\/json`/);
+    }
+  });
+
   it("passes a standard OpenAPI linter (redocly lint, recommended rules)", async () => {
     const dir = await mkdtemp(join(tmpdir(), "paylink-openapi-"));
     try {
