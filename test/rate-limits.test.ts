@@ -22,6 +22,13 @@ beforeAll(async () => {
 afterAll(() => stack?.close());
 
 const DECLINED = "4000000000000002";
+
+/** A new API key of `clientId`, straight into the stack's database: its secret. */
+async function newKey(own: Stack, clientId: string) {
+  const secret = newSecret("test");
+  await insertKey(own.db, { id: newKeyId(), clientId, secretHash: hashSecret(secret), last4: secret.slice(-4), createdAt: new Date() });
+  return secret;
+}
 const card = (number: string) => ({ number, exp_month: 12, exp_year: 2099, cvc: "123" });
 
 describe("per client on /v1", () => {
@@ -106,12 +113,7 @@ describe("per client on /v1", () => {
   it("with PAYLINK_AUTH=api-key, a client's keys share its budget once each has been answered", async () => {
     const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
     try {
-      const newKey = async () => {
-        const secret = newSecret("test");
-        await insertKey(own.db, { id: newKeyId(), clientId: "rl-two-keys", secretHash: hashSecret(secret), last4: secret.slice(-4), createdAt: new Date() });
-        return secret;
-      };
-      const [first, second] = [await newKey(), await newKey()];
+      const [first, second] = [await newKey(own, "rl-two-keys"), await newKey(own, "rl-two-keys")];
       const get = async (secret: string, scheme = "Bearer") =>
         (await api({ gatewayUrl: own.gatewayUrl }, "GET", "/v1/links", { clientId: "rl-two-keys", headers: { authorization: `${scheme} ${secret}` } })).status;
       // Each key's first answer proves it, and from then on both draw on the client's one bucket of 2 × 2,
@@ -129,12 +131,7 @@ describe("per client on /v1", () => {
   it("with PAYLINK_AUTH=api-key, two Authorization headers (a 401) take no proven key back out: its client's budget stays one", async () => {
     const own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
     try {
-      const newKey = async () => {
-        const secret = newSecret("test");
-        await insertKey(own.db, { id: newKeyId(), clientId: "rl-doubled", secretHash: hashSecret(secret), last4: secret.slice(-4), createdAt: new Date() });
-        return secret;
-      };
-      const [first, second] = [await newKey(), await newKey()];
+      const [first, second] = [await newKey(own, "rl-doubled"), await newKey(own, "rl-doubled")];
       const get = async (...authorization: string[]) =>
         new Promise<number>((resolve, reject) => {
           // fetch would join them into one line; node:http sends one line per value.
