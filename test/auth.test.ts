@@ -255,7 +255,7 @@ describe("the admin service", () => {
     await expect(admin.createApiKey({ clientId: " " }, asAdmin)).rejects.toMatchObject({ code: Code.InvalidArgument });
   });
 
-  it("logs each key made or revoked at info, never its secret, and each refused admin token as a warning: an audit trail", async () => {
+  it("logs each key made or revoked at info, never its secret, and each refused admin token as a warning, with the address each came from: an audit trail", async () => {
     const since = lines.length;
     const { id, secret } = await newKey("auth-audit");
     await admin.revokeApiKey({ id }, asAdmin);
@@ -265,9 +265,9 @@ describe("the admin service", () => {
     });
     const audit = lines.slice(since).filter((l) => /API key|admin call/.test(l.msg));
     expect(audit).toMatchObject([
-      { level: 30, msg: "API key created", keyId: id, clientId: "auth-audit", last4: secret.slice(-4) },
-      { level: 30, msg: "API key revoked", keyId: id, clientId: "auth-audit" },
-      { level: 40, msg: "admin call refused: invalid admin token", method: "ListApiKeys" },
+      { level: 30, msg: "API key created", keyId: id, clientId: "auth-audit", last4: secret.slice(-4), remoteAddress: "127.0.0.1" },
+      { level: 30, msg: "API key revoked", keyId: id, clientId: "auth-audit", remoteAddress: "127.0.0.1" },
+      { level: 40, msg: "admin call refused: invalid admin token", method: "ListApiKeys", remoteAddress: "127.0.0.1" },
     ]);
     expect(JSON.stringify(lines)).not.toContain(secret.slice(8, -4));
     expect(JSON.stringify(lines)).not.toContain(ADMIN_TOKEN);

@@ -17,8 +17,8 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function setup(answer?: Parameters<typeof startReceiver>[0], webhookUrl?: string) {
-  const { receiver, webhooks, topology, ...delivery } = await startDeliveryStack(env, cleanups, { answer, retrySchedule: SCHEDULE });
+async function setup(answer?: Parameters<typeof startReceiver>[0], webhookUrl?: string, retrySchedule = SCHEDULE) {
+  const { receiver, webhooks, topology, ...delivery } = await startDeliveryStack(env, cleanups, { answer, retrySchedule });
   const notifier = await delivery.notifier();
   const stack = webhooks.stack;
   const hook = webhookUrl ?? receiver.url;
@@ -105,11 +105,16 @@ describe("GET /v1/links/{id}/events", () => {
   });
 
   it("failed attempts show their status code and error, and next_attempt_at while a retry is due", async () => {
-    const { webhooks, hook, events, settled } = await setup((_req, earlier) => (earlier < 2 ? 500 : 200));
+    // The first retry 3 s out: between the attempts, with no attempt running
+    // (whose lease hides next_attempt_at), for as long as the test looks.
+    const { webhooks, hook, events, settled, stack } = await setup((_req, earlier) => (earlier < 2 ? 500 : 200), undefined, [3_000, 50]);
     const paid = await webhooks.pay({ webhook: hook });
     let pending: any;
     await waitFor(async () => (pending = (await events(paid.linkId))[0])?.attempts.length >= 1);
-    if (pending.status === "pending") expect(pending.next_attempt_at).toMatch(/Z$/);
+    expect(pending.status).toBe("pending");
+    expect(Date.parse(pending.next_attempt_at)).toBeGreaterThan(Date.parse(pending.attempts[0].at));
+    // The LinkService's clock moves only when the test moves it: the retry must find itself due.
+    stack.clock.advance(3_000);
     const event = await settled(paid.linkId, "delivered");
     expect(event.attempts.map((a: any) => [a.number, a.status_code, a.error])).toStrictEqual([
       [1, 500, "HTTP 500: ok"],

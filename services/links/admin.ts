@@ -9,7 +9,7 @@ import type { PaylinkEnv } from "../shared/config.js";
 import type { Logger } from "../shared/logger.js";
 import { KEY_ID, newKeyId } from "../shared/ids.js";
 import { invalid } from "../shared/rpc-errors.js";
-import { hashSecret, newSecret, soleAuthorization } from "./auth.js";
+import { hashSecret, newSecret, peerOf, soleAuthorization } from "./auth.js";
 import { bearerTokenMatcher } from "./bearer-token.js";
 import type { Db } from "./db.js";
 import * as keys from "./key-store.js";
@@ -21,7 +21,7 @@ export interface AdminDeps {
   env: PaylinkEnv;
   /** Told of each revocation, so this copy stops trusting the key at once. */
   onRevoked: (keyId: string) => void;
-  /** Each key made or revoked is a line at info: the audit trail of who may call as a merchant. */
+  /** Each key made or revoked is a line at info, with the address it was asked from: the audit trail of who may call as a merchant. */
   logger: Logger;
 }
 
@@ -37,7 +37,7 @@ export function createAdminService({ db, clock, env, onRevoked, logger }: AdminD
     return clientId;
   };
   return {
-    async createApiKey(req) {
+    async createApiKey(req, ctx) {
       const clientId = clientIdOf(req.clientId);
       const secret = newSecret(env);
       const row = await keys.insertKey(db, {
@@ -47,20 +47,20 @@ export function createAdminService({ db, clock, env, onRevoked, logger }: AdminD
         last4: secret.slice(-4),
         createdAt: clock.now(),
       });
-      logger.info({ keyId: row.id, clientId, last4: row.last4 }, "API key created");
+      logger.info({ keyId: row.id, clientId, last4: row.last4, remoteAddress: peerOf(ctx.values) }, "API key created");
       return { apiKey: toApiKey(row), secret };
     },
     async listApiKeys(req) {
       const rows = await keys.listKeys(db, clientIdOf(req.clientId));
       return { apiKeys: rows.map(toApiKey) };
     },
-    async revokeApiKey(req) {
+    async revokeApiKey(req, ctx) {
       const revoked = KEY_ID.test(req.id) ? await keys.revokeKey(db, req.id, clock.now()) : undefined;
       if (!revoked) throw new ConnectError("API key not found", Code.NotFound);
       const { key } = revoked;
       onRevoked(key.id);
       // Revoking again keeps the first time, and is no new event to audit.
-      if (revoked.now) logger.info({ keyId: key.id, clientId: key.clientId }, "API key revoked");
+      if (revoked.now) logger.info({ keyId: key.id, clientId: key.clientId, remoteAddress: peerOf(ctx.values) }, "API key revoked");
       return { apiKey: toApiKey(key) };
     },
   };
@@ -85,7 +85,7 @@ export function adminGuard(adminToken: string | undefined, logger: Logger): Inte
     if (req.service.typeName !== AdminService.typeName) return next(req);
     if (!matches) throw new ConnectError("The admin service is off: ADMIN_TOKEN is not set", Code.Unimplemented);
     if (!matches(soleAuthorization(req.header, req.contextValues))) {
-      logger.warn({ method: req.method.name }, "admin call refused: invalid admin token");
+      logger.warn({ method: req.method.name, remoteAddress: peerOf(req.contextValues) }, "admin call refused: invalid admin token");
       throw new ConnectError("Invalid admin token", Code.Unauthenticated);
     }
     return next(req);

@@ -116,6 +116,7 @@ export const hashSecret = (secret: string): Uint8Array => createHash("sha256").u
 export const callerKey = createContextKey<string | undefined>(undefined, { description: "paylink caller" });
 const repeatedClientIdKey = createContextKey(false, { description: "client-id given more than once" });
 const repeatedAuthorizationKey = createContextKey(false, { description: "authorization given more than once" });
+const peerKey = createContextKey<string | undefined>(undefined, { description: "the caller's address" });
 
 /**
  * The customer's RPCs, which hold only a link id, and the batch RPCs, whose
@@ -124,8 +125,9 @@ const repeatedAuthorizationKey = createContextKey(false, { description: "authori
 const PUBLIC_METHODS = new Set(["GetCheckout", "CompletePayment", "BatchGetLinks", "BatchCreateLinks"]);
 
 /** Per request, before any interceptor: facts only the raw request still shows. */
-export function requestContextValues(req: { rawHeaders: string[] }): ContextValues {
+export function requestContextValues(req: { rawHeaders: string[]; socket?: { remoteAddress?: string } | null }): ContextValues {
   const values = createContextValues();
+  values.set(peerKey, req.socket?.remoteAddress);
   let clientIds = 0;
   let authorizations = 0;
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
@@ -172,6 +174,9 @@ export async function authenticateCall(
  */
 export const soleAuthorization = (header: Headers, values: ContextValues): string | null =>
   values.get(repeatedAuthorizationKey) ? "" : header.get("authorization");
+
+/** The address a call came from, for an audit line: who made a key, or tried a wrong token. */
+export const peerOf = (values: ContextValues): string | undefined => values.get(peerKey);
 
 /** The caller the interceptor authenticated; every handler reads it here. */
 export function callerOf(ctx: HandlerContext): string {
