@@ -56,13 +56,13 @@ export function clientLimits(mode: AuthMode) {
     const authorization = authorizationOf(req);
     return bearerSecret(authorization) ?? authorization ?? "";
   };
-  const ownBucket = (req: FastifyRequest) => `${clientOf(req)}\n${keyOf(req)}`;
-  const provenBucket = (req: FastifyRequest) => {
-    const bucket = proven.get(keyOf(req));
-    return bucket !== undefined && shared.get(clientOf(req)) === bucket ? bucket : undefined;
-  };
+  const ownBucket = (clientId: string, key: string) => `${clientId}\n${key}`;
   return {
-    key: (req: FastifyRequest): string => provenBucket(req) ?? ownBucket(req),
+    key(req: FastifyRequest): string {
+      const [clientId, key] = [clientOf(req), keyOf(req)];
+      const bucket = proven.get(key);
+      return bucket !== undefined && shared.get(clientId) === bucket ? bucket : ownBucket(clientId, key);
+    },
     /** Learns from each /v1 answer which keys are their client's. */
     register(scope: FastifyInstance): void {
       scope.addHook("onResponse", async (req, reply) => {
@@ -71,7 +71,7 @@ export function clientLimits(mode: AuthMode) {
         if (reply.statusCode === 401) proven.delete(key);
         else if (reply.statusCode >= 200 && reply.statusCode < 300) {
           const clientId = clientOf(req);
-          const bucket = shared.get(clientId) ?? ownBucket(req);
+          const bucket = shared.get(clientId) ?? ownBucket(clientId, key);
           remember(shared, clientId, bucket);
           remember(proven, key, bucket);
         }
