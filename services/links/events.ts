@@ -46,10 +46,15 @@ export function createLinkEvents(deps: LinkEventsDeps): EventRpcs {
 
     async listLinkEvents(req, ctx) {
       const link = await callersLink(req.linkId, ctx);
-      const rows = await store.deliveriesOfLink(db, link.id);
-      const attempts = await store.attemptsOf(
-        db,
-        rows.map((row) => row.eventId),
+      // One snapshot: read apart, an attempt recorded between the two reads
+      // showed beside its event's row from before it (the lease still held,
+      // no next_attempt_at), an event its own attempts contradict.
+      const { rows, attempts } = await db.transaction(
+        async (tx) => {
+          const rows = await store.deliveriesOfLink(tx, link.id);
+          return { rows, attempts: await store.attemptsOf(tx, rows.map((row) => row.eventId)) };
+        },
+        { isolationLevel: "repeatable read", accessMode: "read only" },
       );
       const now = clock.now();
       return { events: rows.map((row) => toLinkEvent(row, attempts, now)) };
@@ -59,14 +64,14 @@ export function createLinkEvents(deps: LinkEventsDeps): EventRpcs {
       const link = await callersLink(req.linkId, ctx);
       if (!isEventId(req.eventId)) throw eventNotFound();
       const now = clock.now();
-      const event = await db.transaction(async (tx) => {
+      const { event, attempts } = await db.transaction(async (tx) => {
         const row = await store.lockDelivery(tx, req.eventId);
         if (!row || row.linkId !== link.id) throw eventNotFound();
         if (row.status === "no_webhook") throw linkHasNoWebhook();
         // A new schedule from its first attempt. An attempt under way keeps
         // its lease, so the new schedule starts once it has finished, and
         // every copy of the old schedule is dropped by its generation.
-        return republish(tx, row, now, {
+        const event = await republish(tx, row, now, {
           generation: row.generation + 1,
           status: "pending",
           started: 0,
@@ -75,9 +80,10 @@ export function createLinkEvents(deps: LinkEventsDeps): EventRpcs {
           // The old schedule's dead letter, if still unsent, is moot.
           deadLetter: null,
         });
+        // Under the row's lock, as every attempt is recorded: the same moment as the row.
+        return { event, attempts: await store.attemptsOf(tx, [event.eventId]) };
       });
       deps.onEventsCommitted();
-      const attempts = await store.attemptsOf(db, [event.eventId]);
       return { event: toLinkEvent(event, attempts, now) };
     },
   };
