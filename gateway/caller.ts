@@ -33,6 +33,7 @@ export function caller(req: FastifyRequest): Caller {
   const authorization = authorizationOf(req);
   if (authorization !== undefined) found.authorization = authorization;
   if (trace.traceparent !== undefined) found.traceparent = trace.traceparent;
+  if (trace.tracestate !== undefined) found.tracestate = trace.tracestate;
   if (trace["x-request-id"] !== undefined) found.requestId = trace["x-request-id"];
   return found;
 }

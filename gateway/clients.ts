@@ -47,6 +47,7 @@ export interface Caller {
   /** The request's trace, which a batch item carries as fields. */
   requestId?: string;
   traceparent?: string;
+  tracestate?: string;
 }
 
 export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }: { deadlineMs?: number } = {}) {
@@ -102,10 +103,11 @@ export function createClients(linksUrl: string, { deadlineMs = RPC_DEADLINE_MS }
 }
 
 /** The caller as the headers of a call that is not batched. */
-export function callerHeaders({ clientId, authorization, requestId, traceparent }: Caller): Record<string, string> {
+export function callerHeaders({ clientId, authorization, requestId, traceparent, tracestate }: Caller): Record<string, string> {
   const headers: Record<string, string> = { "client-id": clientId };
   if (authorization !== undefined) headers.authorization = authorization;
   if (traceparent !== undefined) headers.traceparent = traceparent;
+  if (tracestate !== undefined) headers.tracestate = tracestate;
   if (requestId !== undefined) headers["x-request-id"] = requestId;
   return headers;
 }
@@ -122,6 +124,7 @@ function batchItem<R>(caller: Caller, request: R) {
     authorization: caller.authorization,
     requestId: caller.requestId,
     traceparent: caller.traceparent,
+    tracestate: caller.tracestate,
     request,
   };
 }

@@ -1,8 +1,8 @@
 // The gateway's end of request tracing: each request gets a W3C trace (the
 // caller's traceparent when valid, else a new one) beside its request id;
 // its log lines carry both, and so do the LinkService calls made for it
-// (gRPC metadata x-request-id and traceparent; a batch item carries them as
-// fields of its own).
+// (gRPC metadata x-request-id, traceparent and the caller's tracestate; a
+// batch item carries them as fields of its own).
 import { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, LogController, type RawRequestDefaultExpression } from "fastify";
 import type { Bindings, ChildLoggerOptions, Logger } from "pino";
 import { type OpenSpan, startSpan, telemetryOn } from "../services/shared/telemetry.js";
@@ -24,7 +24,7 @@ export function tracedChildLogger(
   opts: ChildLoggerOptions,
   raw: RawRequestDefaultExpression,
 ): FastifyBaseLogger {
-  const trace = traceFrom(raw.headers.traceparent, bindings.requestId);
+  const trace = traceFrom(raw.headers.traceparent, bindings.requestId, raw.headers.tracestate);
   // A balancer's probe every few seconds is no unit of work worth a span: an
   // operations review found two thirds of the spans exported were probes'.
   const span = PROBES.has(raw.url ?? "") ? undefined : startSpan(`${raw.method} request`, trace);

@@ -59,3 +59,38 @@ it("continues a caller's valid traceparent, reads a later version as 00 where it
     expect(kept(invalid), invalid).toBe("new");
   }
 });
+
+it("passes a caller's tracestate on with its trace, as W3C reads it, and drops it with a new trace", () => {
+  const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const state = (tracestate: unknown) => traceFrom(traceparent, undefined, tracestate).tracestate;
+  expect(state("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")).toBe("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7");
+  // Repeated headers are one list; empty members and the spaces around members go.
+  expect(state(" congo=t61rcWkgMzE ,\t, rojo=00f067aa0ba902b7")).toBe("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7");
+  expect(state(["congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7"])).toBe("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7");
+  expect(state("fw529a3039@dt=s p a c e d,1tenant@sys=x")).toBe("fw529a3039@dt=s p a c e d,1tenant@sys=x");
+  expect(traceFrom(traceparent, undefined).tracestate).toBeUndefined();
+  // A list that cannot be read is dropped whole.
+  for (const unreadable of [
+    "congo=t61rcWkgMzE,Rojo=1", // upper case in a key
+    "congo=t61rcWkgMzE,rojo", // no value
+    "congo=a,congo=b", // a key twice
+    "congo= ", // a value of spaces only
+    "congo=a=b",
+    "1simple=x", // a simple key starts with a letter
+    Array.from({ length: 33 }, (_, i) => `k${i}=v`).join(","),
+    " , ",
+    42,
+  ]) {
+    expect(state(unreadable), String(unreadable)).toBeUndefined();
+  }
+  // Over 512 characters: whole members go, those over 128 characters first, then from the right.
+  const long = `big=${"x".repeat(200)}`;
+  const members = Array.from({ length: 20 }, (_, i) => `vendor${String(i).padStart(2, "0")}=${"v".repeat(20)}`);
+  const shortened = state([members[0], long, ...members.slice(1)].join(","))!;
+  expect(shortened.length).toBeLessThanOrEqual(512);
+  expect(shortened).not.toContain("big=");
+  expect(shortened.split(",")).toEqual(members.slice(0, shortened.split(",").length));
+  expect(shortened.split(",").length).toBe(17); // 17 members of 29 characters, with their commas, take 509
+  // An invalid traceparent starts a new trace, which carries no caller's state.
+  expect(traceFrom("00-nonsense", undefined, "congo=t61rcWkgMzE").tracestate).toBeUndefined();
+});

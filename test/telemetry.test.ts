@@ -14,6 +14,7 @@ interface OtlpSpan {
   spanId: string;
   parentSpanId?: string;
   name: string;
+  traceState?: string;
 }
 const received: { service: string; span: OtlpSpan }[] = [];
 let collector: http.Server;
@@ -67,19 +68,22 @@ it("exports one trace across the gateway and the LinkService when it is set: pay
   stack = await startStack();
   const callerSpan = "b7ad6b7169203331";
   const traceparent = (traceId: string) => `00-${traceId}-${callerSpan}-01`;
+  // The caller's vendor entries, one list per request: every span of its trace carries them.
+  const tracestate = (traceId: string) => `vendor=${traceId.slice(0, 4)},other@sys=1`;
+  const traced = (traceId: string) => ({ traceparent: traceparent(traceId), tracestate: tracestate(traceId) });
   const traces = {
     pay: "0af7651916cd43dd8448eb211c80319c",
     create: "1af7651916cd43dd8448eb211c80319c",
     get: "2af7651916cd43dd8448eb211c80319c",
     probe: "3af7651916cd43dd8448eb211c80319c",
   };
-  const created = await api(stack, "POST", "/v1/links", { body: validLink(), headers: { traceparent: traceparent(traces.create) } });
+  const created = await api(stack, "POST", "/v1/links", { body: validLink(), headers: traced(traces.create) });
   expect(created.status).toBe(201);
-  const read = await api(stack, "GET", `/v1/links/${created.body.id}`, { headers: { traceparent: traceparent(traces.get) } });
+  const read = await api(stack, "GET", `/v1/links/${created.body.id}`, { headers: traced(traces.get) });
   expect(read.status).toBe(200);
   const res = await fetch(`${stack.gatewayUrl}/link/${created.body.id}/pay`, {
     method: "POST",
-    headers: { "content-type": "application/json", traceparent: traceparent(traces.pay) },
+    headers: { "content-type": "application/json", ...traced(traces.pay) },
     body: JSON.stringify({ payment_method: "bank_transfer" }),
   });
   expect(res.status).toBe(200);
@@ -96,7 +100,9 @@ it("exports one trace across the gateway and the LinkService when it is set: pay
     const spans = received.filter((r) => r.span.traceId === traceId).map((r) => r.span);
     const gateway = spans.find((s) => s.parentSpanId === callerSpan);
     expect(gateway, JSON.stringify(spans)).toBeDefined();
-    return spans.find((s) => s.parentSpanId === gateway!.spanId)?.name;
+    const links = spans.find((s) => s.parentSpanId === gateway!.spanId);
+    expect([gateway!.traceState, links?.traceState]).toEqual([tracestate(traceId), tracestate(traceId)]);
+    return links?.name;
   };
   expect(linksSpanOf(traces.pay)).toBe("/paylink.v1.LinkService/CompletePayment");
   // Each item of a batch is a span of its own request's trace (a review saw none for creates and gets).

@@ -1,5 +1,5 @@
-// One payment followed by its ids: the X-Request-Id and traceparent of the
-// pay request reach the LinkService, the outbox event's NATS headers and the
+// One payment followed by its ids: the X-Request-Id, traceparent and
+// tracestate of the pay request reach the LinkService, the outbox event's NATS headers and the
 // notifier's log line for the webhook attempt; every log line on the way
 // that names the request also names its trace.
 import { sql } from "drizzle-orm";
@@ -46,7 +46,12 @@ it("follows one payment from the pay request to the webhook's log line by its re
   const requestId = "pay-trace-1";
   const paid = await fetch(`${stack.gatewayUrl}/link/${created.body.id}/pay`, {
     method: "POST",
-    headers: { "content-type": "application/json", "x-request-id": requestId, traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+    headers: {
+      "content-type": "application/json",
+      "x-request-id": requestId,
+      traceparent: `00-${traceId}-00f067aa0ba902b7-01`,
+      tracestate: "congo=t61rcWkgMzE, rojo=00f067aa0ba902b7",
+    },
     body: JSON.stringify({ payment_method: "bank_transfer" }),
   });
   expect(paid.status).toBe(200);
@@ -72,6 +77,8 @@ it("follows one payment from the pay request to the webhook's log line by its re
   const stored = await jsm.streams.getMessage(topology.eventStream, { last_by_subj: `${topology.eventSubjectPrefix}.payment.completed` });
   expect(stored.header.get("X-Request-Id")).toBe(requestId);
   expect(stored.header.get("traceparent")).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
+  // The caller's vendor entries, unchanged but for the space W3C lets go.
+  expect(stored.header.get("tracestate")).toBe("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7");
 
   await waitFor(() => lines.some((l) => l.msg === "webhook attempt"), 10_000);
   const attempt = lines.find((l) => l.msg === "webhook attempt")!;
@@ -92,7 +99,7 @@ it("follows one payment from the pay request to the webhook's log line by its re
   const redeliverTrace = "0af7651916cd43dd8448eb211c80319c";
   const redeliverId = "redeliver-trace-1";
   const redelivered = await api(stack, "POST", `/v1/links/${created.body.id}/events/${eventId}/redeliver`, {
-    headers: { "x-request-id": redeliverId, traceparent: `00-${redeliverTrace}-b7ad6b7169203331-01` },
+    headers: { "x-request-id": redeliverId, traceparent: `00-${redeliverTrace}-b7ad6b7169203331-01`, tracestate: "rojo=redeliver" },
   });
   expect(redelivered.status).toBe(202);
   await waitFor(() => receiver.requests.length === 2, 20_000);
@@ -100,6 +107,7 @@ it("follows one payment from the pay request to the webhook's log line by its re
   expect(again.seq).toBeGreaterThan(stored.seq);
   expect(again.header.get("X-Request-Id")).toBe(redeliverId);
   expect(again.header.get("traceparent")).toMatch(new RegExp(`^00-${redeliverTrace}-[0-9a-f]{16}-01$`));
+  expect(again.header.get("tracestate")).toBe("rojo=redeliver");
   await waitFor(() => lines.filter((l) => l.msg === "webhook attempt").length === 2, 10_000);
   expect(lines.filter((l) => l.msg === "webhook attempt")[1]).toMatchObject({ requestId: redeliverId, traceId: redeliverTrace, outcome: "delivered" });
 });

@@ -25,9 +25,9 @@ export function newEvent(
 }
 
 /** The ids of the request being served, if any, which travel with an event it writes. */
-export function requestTrace(): Pick<Event, "requestId" | "traceparent"> {
+export function requestTrace(): Pick<Event, "requestId" | "traceparent" | "tracestate"> {
   const trace = traceHeaders(currentTrace());
-  return { requestId: trace["x-request-id"] ?? "", traceparent: trace.traceparent ?? "" };
+  return { requestId: trace["x-request-id"] ?? "", traceparent: trace.traceparent ?? "", tracestate: trace.tracestate ?? "" };
 }
 
 /** Announces that a link became expired, by time or by its merchant. */
@@ -142,11 +142,12 @@ export async function oldestUnpublishedAt(db: Executor): Promise<Date | undefine
   return row?.at;
 }
 
-/** The NATS headers of an outbox row: its request's X-Request-Id and traceparent, when it has them. */
+/** The NATS headers of an outbox row: its request's X-Request-Id, traceparent and tracestate, when it has them. */
 export function traceHeadersOf(payload: Uint8Array): Record<string, string> {
   const event = fromBinary(EventSchema, payload);
   const headers: Record<string, string> = {};
   if (event.requestId) headers["X-Request-Id"] = event.requestId;
   if (event.traceparent) headers.traceparent = event.traceparent;
+  if (event.tracestate) headers.tracestate = event.tracestate;
   return headers;
 }

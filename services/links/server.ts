@@ -196,9 +196,9 @@ export async function startLinksServer(opts: LinksServerOptions) {
     const batches = req.url === BATCHES_PATH && isPlainGrpc(req);
     if (!admit(req, res, !batches && !fastPath.takes(req))) return;
     if (batches) return batchStreams.serve(req, res);
-    // The caller's X-Request-Id and traceparent (the gateway's): every log
-    // line and outbox event of this call carries them.
-    const trace = traceFrom(req.headers.traceparent, req.headers["x-request-id"]);
+    // The caller's X-Request-Id, traceparent and tracestate (the gateway's):
+    // every log line and outbox event of this call carries them.
+    const trace = traceFrom(req.headers.traceparent, req.headers["x-request-id"], req.headers.tracestate);
     // Probes (the gateways' /readyz asks it each time) are no unit of work worth a span.
     const span = req.url === HEALTH_CHECK_PATH ? undefined : startSpan(req.url, trace);
     if (span) {

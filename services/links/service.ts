@@ -130,7 +130,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
   }
 
   /** Runs each item as its own call would run, each with its own result or error. */
-  function eachItem<I extends { clientId: string; authorization: string; requestId: string; traceparent: string }, O>(
+  function eachItem<I extends { clientId: string; authorization: string; requestId: string; traceparent: string; tracestate: string }, O>(
     procedure: keyof typeof ITEM_SPAN,
     items: I[],
     one: (clientId: string, item: I) => Promise<O>,
@@ -143,7 +143,7 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
         // error too, so that the line logging an unexpected one names the
         // request, and its span, when spans are exported, is the child of the
         // gateway's span for that request.
-        const trace = traceFrom(item.traceparent, item.requestId);
+        const trace = traceFrom(item.traceparent, item.requestId, item.tracestate);
         const span = startSpan(spanName, trace);
         if (span) trace.spanId = span.spanId;
         return runWithTrace(trace, () =>

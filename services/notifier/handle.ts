@@ -192,7 +192,8 @@ export function createHandler(deps: HandlerDeps) {
 
   /**
    * Each event is handled in its request's trace (NATS headers X-Request-Id,
-   * traceparent): its log lines carry them, the line saying it failed too.
+   * traceparent, tracestate): its log lines carry them, the line saying it
+   * failed too, and its DeliveryService calls pass them on.
    * Never rejects: a failure is logged and the copy comes back in 5 s.
    */
   return async function handle(msg: JsMsg): Promise<void> {
@@ -202,7 +203,7 @@ export function createHandler(deps: HandlerDeps) {
       await attempt();
       return;
     }
-    const trace = traceFrom(traceparent, msg.headers?.get("X-Request-Id"));
+    const trace = traceFrom(traceparent, msg.headers?.get("X-Request-Id"), msg.headers?.get("tracestate"));
     const span = startSpan("webhook attempt", trace, "consumer");
     if (span) trace.spanId = span.spanId;
     const ok = await runWithTrace(trace, attempt);

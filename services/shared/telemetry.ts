@@ -52,6 +52,8 @@ export function startSpan(name: string, trace: TraceContext, kind: "server" | "c
     spanId: trace.parentId,
     traceFlags: parseInt(trace.flags, 16),
     isRemote: true,
+    // The caller's vendor entries, on this span and on what it calls.
+    ...(trace.tracestate ? { traceState: api.createTraceState(trace.tracestate) } : {}),
   });
   const spanKind = kind === "server" ? api.SpanKind.SERVER : api.SpanKind.CONSUMER;
   const span: Span = tracer.startSpan(name, { kind: spanKind, attributes: trace.requestId ? { "paylink.request_id": trace.requestId } : {} }, parent);

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file paylink/v1/events.proto.
  */
 export const file_paylink_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYXlsaW5rL3YxL2V2ZW50cy5wcm90bxIKcGF5bGluay52MSKIAgoFRXZlbnQSCgoCaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2xpbmtfaWQYAyABKAkSEQoJY2xpZW50X2lkGAQgASgJEjkKEXBheW1lbnRfY29tcGxldGVkGAogASgLMhwucGF5bGluay52MS5QYXltZW50Q29tcGxldGVkSAASLwoMbGlua19leHBpcmVkGAsgASgLMhcucGF5bGluay52MS5MaW5rRXhwaXJlZEgAEhIKCnJlcXVlc3RfaWQYFCABKAkSEwoLdHJhY2VwYXJlbnQYFSABKAlCCQoHcGF5bG9hZCKAAQoQUGF5bWVudENvbXBsZXRlZBISCgpwYXltZW50X2lkGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEhcKC3dlYmhvb2tfdXJsGAMgASgJQgIYARITCgdhcGlfa2V5GAQgASgJQgIYARISCgpnZW5lcmF0aW9uGAUgASgNIj0KC0xpbmtFeHBpcmVkEi4KCmV4cGlyZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChdwYXlsaW5rL3YxL2V2ZW50cy5wcm90bxIKcGF5bGluay52MSKcAgoFRXZlbnQSCgoCaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2xpbmtfaWQYAyABKAkSEQoJY2xpZW50X2lkGAQgASgJEjkKEXBheW1lbnRfY29tcGxldGVkGAogASgLMhwucGF5bGluay52MS5QYXltZW50Q29tcGxldGVkSAASLwoMbGlua19leHBpcmVkGAsgASgLMhcucGF5bGluay52MS5MaW5rRXhwaXJlZEgAEhIKCnJlcXVlc3RfaWQYFCABKAkSEwoLdHJhY2VwYXJlbnQYFSABKAkSEgoKdHJhY2VzdGF0ZRgWIAEoCUIJCgdwYXlsb2FkIoABChBQYXltZW50Q29tcGxldGVkEhIKCnBheW1lbnRfaWQYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSFwoLd2ViaG9va191cmwYAyABKAlCAhgBEhMKB2FwaV9rZXkYBCABKAlCAhgBEhIKCmdlbmVyYXRpb24YBSABKA0iPQoLTGlua0V4cGlyZWQSLgoKZXhwaXJlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * Published on NATS JetStream, stream PAYLINK_EVENTS, subject
@@ -69,8 +69,9 @@ export type Event = Message<"paylink.v1.Event"> & {
 
   /**
    * The request that caused the event, when one did (not the sweeper): its
-   * X-Request-Id and W3C traceparent. The relay also sends them as the NATS
-   * headers X-Request-Id and traceparent, which the notifier reads.
+   * X-Request-Id, W3C traceparent and the caller's tracestate. The relay also
+   * sends them as the NATS headers X-Request-Id, traceparent and tracestate,
+   * which the notifier reads.
    *
    * @generated from field: string request_id = 20;
    */
@@ -80,6 +81,11 @@ export type Event = Message<"paylink.v1.Event"> & {
    * @generated from field: string traceparent = 21;
    */
   traceparent: string;
+
+  /**
+   * @generated from field: string tracestate = 22;
+   */
+  tracestate: string;
 };
 
 /**
