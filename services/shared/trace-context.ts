@@ -1,9 +1,10 @@
 // One request followed end to end: its X-Request-Id and its W3C trace
-// (traceparent, and the caller's tracestate unchanged) travel from the gateway to the LinkService in gRPC metadata,
-// into the outbox event and its NATS headers, and onto the notifier's log
-// line for each attempt. Inside a process the current request's ids live in
-// an AsyncLocalStorage, so every log line (logger.ts's mixin) carries them
-// without any handler passing them along.
+// (traceparent, and the caller's tracestate unchanged) travel from the
+// gateway to the LinkService in gRPC metadata, into the outbox event and its
+// NATS headers, and onto the notifier's log line for each attempt. Inside a
+// process the current request's ids live in an AsyncLocalStorage, so every
+// log line (logger.ts's mixin) carries them without any handler passing them
+// along.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomHex } from "./random-pool.js";
 
