@@ -3,7 +3,7 @@
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { eq } from "drizzle-orm";
+import { eq, sql } from "drizzle-orm";
 import postgres from "postgres";
 import { pino } from "pino";
 import { httpErrorFromRpc } from "../gateway/errors.js";
@@ -186,6 +186,36 @@ describe("single use", () => {
     const page = await fetch(`${stack.gatewayUrl}/link/${id}`);
     expect(page.status).toBe(410);
   });
+
+  it("pays a link while a transaction that is frozen mid-way holds its row: PostgreSQL ends that session after 5 idle seconds", async () => {
+    // A LinkService copy stopped (SIGSTOP, a paused VM) inside a transaction
+    // that had locked the link: every other copy's pay waited on the row until
+    // its statement timed out, for as long as the copy stayed stopped.
+    const id = await createLink();
+    let thaw!: () => void;
+    const thawed = new Promise<void>((resolve) => (thaw = resolve));
+    let locked!: () => void;
+    const rowTaken = new Promise<void>((resolve) => (locked = resolve));
+    const frozen = stack.db
+      .transaction(async (tx) => {
+        await tx.execute(sql`SELECT id FROM links WHERE id = ${id} FOR UPDATE`);
+        locked();
+        await thawed;
+        await tx.execute(sql`SELECT 1`);
+      })
+      .then(() => "committed", (err: unknown) => err);
+    await rowTaken;
+    const started = performance.now();
+    const res = await pay(id);
+    const ms = performance.now() - started;
+    thaw();
+    expect(res.status, res.text).toBe(200);
+    expect(ms, `paid after ${Math.round(ms)} ms`).toBeGreaterThan(4_000);
+    expect(ms, `paid after ${Math.round(ms)} ms`).toBeLessThan(8_000);
+    // The frozen copy, when it runs again, finds its transaction gone: it commits nothing.
+    expect(await frozen).not.toBe("committed");
+    expect(await paymentRows(id)).toHaveLength(1);
+  });
 });
 
 describe("over gRPC", () => {
@@ -346,6 +376,42 @@ describe("when the processor or the clock get in the way", () => {
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("LINK_EXPIRED");
     expect([...sandbox.authorizations.values()]).toEqual(["voided"]);
     expect(await paymentRows(id)).toHaveLength(0);
+  });
+
+  it("refuses at COMMIT a payment whose link expired while its transaction waited on the link's row: 410, no payment, the hold voided", async () => {
+    // Another transaction holds the link's row for 1.5 s; the pay's UPDATE
+    // waits for it, and then judged the link by the clock as its transaction
+    // began: a link 1 s from expiry was paid after it, where a reader had
+    // already been told 410.
+    const holdRow = async (id: string) => {
+      const other = postgres(database.url, { max: 1, onnotice: () => {} });
+      let locked!: () => void;
+      const rowTaken = new Promise<void>((resolve) => (locked = resolve));
+      const held = other.begin(async (tx) => {
+        await tx`SELECT id FROM links WHERE id = ${id} FOR SHARE`;
+        locked();
+        await tx`SELECT pg_sleep(1.5)`;
+      });
+      await rowTaken;
+      return () => held.finally(() => other.end());
+    };
+    const payNear = async (msBeforeExpiry: number) => {
+      const id = await createLink({ expires_in: 60 });
+      const clock = testClock(stack.clock.now());
+      clock.advance(60_000 - msBeforeExpiry);
+      const sandbox = createSandboxProcessor();
+      const released = await holdRow(id);
+      const outcome = await paymentsWith(sandbox, clock)
+        .complete(bankTransfer(id))
+        .then(() => "paid", (err: unknown) => (err as ConnectError).findDetails?.(ErrorInfoSchema)[0]?.reason ?? String(err));
+      await released();
+      const [link] = await stack.db.select().from(links).where(eq(links.id, id));
+      return { outcome, status: link!.status, payments: (await paymentRows(id)).length, holds: [...sandbox.authorizations.values()] };
+    };
+    // 1 s before expiry, the 1.5 s wait takes it past: nothing is paid.
+    expect(await payNear(1_000)).toEqual({ outcome: "LINK_EXPIRED", status: "created", payments: 0, holds: ["voided"] });
+    // 5 s before, the same wait ends in time: paid.
+    expect(await payNear(5_000)).toEqual({ outcome: "paid", status: "used", payments: 1, holds: ["captured"] });
   });
 
   it("keeps a won payment when capture fails, and a lost one answered 409 when void fails", async () => {

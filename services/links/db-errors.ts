@@ -57,6 +57,9 @@ export const isDatabaseUnavailable = (err: unknown): boolean =>
 /** A background loop's failed pass: a warning while the database is away (the gate's line says why), else an error. */
 export const levelOfLoopFailure = (err: unknown) => (isDatabaseUnavailable(err) ? "warn" : "error");
 
+/** True when a payment's COMMIT was refused because its link had expired by then (migration 0009). */
+export const isPaidPastExpiry = (err: unknown): boolean => causes(err).some((e) => codeOf(e) === "PL410");
+
 /** True when the error, or one it wraps, is a unique violation (of `constraint`, when named). */
 export function isUniqueViolation(err: unknown, constraint?: string): boolean {
   const violation = causes(err).find((e) => e.code === "23505");

@@ -13,6 +13,7 @@ export type Db = ReturnType<typeof drizzle<typeof schema>>;
 export type Executor = Db | Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 const STATEMENT_TIMEOUT_MS = 10_000;
+const IDLE_IN_TRANSACTION_MS = 5_000;
 const MIGRATIONS = fileURLToPath(new URL("./migrations", import.meta.url));
 
 export function createDb(url: string, options: { max?: number } = {}) {
@@ -30,7 +31,16 @@ export function createDb(url: string, options: { max?: number } = {}) {
     // DateStyle pinned: drizzle reads timestamptz as PostgreSQL spells it, and
     // a database or role set to SQL, German or Postgres style spells dates
     // that Date cannot parse (every read a 500, the sweeper failing each pass).
-    connection: { statement_timeout: STATEMENT_TIMEOUT_MS, DateStyle: "ISO, MDY" },
+    // Our transactions never wait on anything but PostgreSQL between their
+    // statements, so one idle inside a transaction for seconds belongs to a
+    // copy that is frozen or lost (SIGSTOP, a VM paused, a partition): the
+    // server ends its session, and the locks it held (a link's row, the pay
+    // lock against card testing) stop holding up every other copy's pays.
+    connection: {
+      statement_timeout: STATEMENT_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
+      DateStyle: "ISO, MDY",
+    },
   });
   const db = drizzle(client, { schema });
   const probe = createDbProbe(url);

@@ -15,6 +15,7 @@ import type { Logger } from "../shared/logger.js";
 import {
   cardDeclined,
   invalid,
+  linkExpired,
   linkNotFound,
   linkStateError,
   linkUsed,
@@ -26,7 +27,7 @@ import { type Attempt, type Attempts, createAttempts, SURELY_RUNNING_MS } from "
 import { captureAndRecord } from "./captures.js";
 import { cardBrand, isCardRefusal, validateCard } from "./card.js";
 import type { Db } from "./db.js";
-import { isUniqueViolation } from "./db-errors.js";
+import { isPaidPastExpiry, isUniqueViolation } from "./db-errors.js";
 import { newDelivery } from "./deliveries.js";
 import { enqueue, newEvent } from "./outbox.js";
 import { paymentKeyOf, replayPayment, savePaymentAnswer } from "./payment-keys.js";
@@ -254,6 +255,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
       }
       if (outcome === "aborted") await dropHold();
       if (err instanceof HoldReleased) throw processorUnavailable();
+      // The link expired while this transaction ran (it waited on the link's
+      // row, or its process stalled): PostgreSQL refused the COMMIT.
+      if (isPaidPastExpiry(err) && outcome === "aborted") throw linkExpired();
       if (outcome !== "committed") throw err;
       won = tookLink;
     }
