@@ -94,3 +94,19 @@ it("records nothing when the processor answers after the job gave up, not even i
   expect(await prompt.retry()).toBe(1);
   expect(await capturedAt()).toEqual(clock.now());
 });
+
+it("records a capture the processor takes over 5 s to answer: the job's transaction may idle that long, where others may not", async () => {
+  // db.ts ends a session idle in a transaction after 5 s; the job holds its
+  // payment's row while the processor answers, for up to its timeout.
+  await handle.db.delete(payments);
+  await handle.db.delete(links);
+  const clock = testClock();
+  const payment = await owedPayment(clock);
+  const sandbox = createSandboxProcessor();
+  const slow: PaymentProcessor = { ...sandbox, capture: async (id) => (await sleep(6_000), sandbox.capture(id)) };
+  clock.advance(31_000);
+  const job = createCaptureRetrier({ db: handle.db, processor: slow, clock, logger: silent, processorTimeoutMs: 15_000 });
+  expect(await job.retry()).toBe(1);
+  const [row] = await handle.db.select({ at: payments.capturedAt }).from(payments).where(eq(payments.id, payment.id));
+  expect(row!.at).toEqual(clock.now());
+});

@@ -13,6 +13,7 @@ import type { Logger } from "../shared/logger.js";
 import { passLog } from "../shared/pass-log.js";
 import { levelOfLoopFailure } from "./db-errors.js";
 import type { Db } from "./db.js";
+import { allowIdle } from "./store.js";
 import { claimUnpublished, deletePublishedBefore, markPublished, setAside, SUBJECT_PREFIX, traceHeadersOf } from "./outbox.js";
 
 export interface RelayOptions {
@@ -46,6 +47,7 @@ export interface Relay {
 }
 
 const CLEANUP_BATCH = 1000;
+const IDLE_MARGIN_MS = 5_000;
 
 export function createRelay(opts: RelayOptions): Relay {
   const { db, clock, logger } = opts;
@@ -94,6 +96,8 @@ export function createRelay(opts: RelayOptions): Relay {
   /** Publishes one claimed batch in one transaction; answers how many rows it claimed and how many NATS did not take. */
   async function publishBatch(client: JetStreamClient): Promise<{ claimed: number; failed: number }> {
     return db.transaction(async (tx) => {
+      // The claimed rows are held while JetStream answers: up to the publish timeout.
+      await allowIdle(tx, publishTimeoutMs + IDLE_MARGIN_MS);
       const rows = await claimUnpublished(tx, batchSize);
       if (rows.length === 0) return { claimed: 0, failed: 0 };
       const sendable: { row: (typeof rows)[number]; headers: MsgHdrs | undefined }[] = [];

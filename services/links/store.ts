@@ -191,6 +191,15 @@ export async function deferCapture(db: Executor, id: string, now: Date, firstMs:
     .where(and(eq(payments.id, id), isNull(payments.capturedAt)));
 }
 
+/**
+ * Lets this transaction wait `ms` between its statements (db.ts ends a
+ * session idle in a transaction after 5 s): for the one that holds a row
+ * while the processor answers.
+ */
+export async function allowIdle(tx: Executor, ms: number): Promise<void> {
+  await tx.execute(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(Math.ceil(ms))}, true)`);
+}
+
 /** Holds one uncaptured payment for this transaction; undefined when recorded or held elsewhere. */
 export async function lockUncaptured(db: Executor, id: string) {
   const [row] = await db
