@@ -2,6 +2,7 @@
 // (the LinkService client first). The one thing imported instead is the
 // span tracer (services/shared/telemetry.ts), process-wide as OpenTelemetry's
 // own API is, and off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+import type { Clock } from "../services/shared/clock.js";
 import type { AuthMode, RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
 import type { Clients } from "./clients.js";
@@ -23,4 +24,10 @@ export interface GatewayDeps {
   trustProxy?: string[];
   /** Request durations; none are kept when absent. */
   metrics?: GatewayMetrics;
+  /**
+   * What the checkout page counts a link's time down from (its expires_at
+   * less now); the system's when absent. A test stack hands in the clock its
+   * LinkService sets expires_at by.
+   */
+  clock?: Clock;
 }

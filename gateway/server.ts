@@ -1,3 +1,4 @@
+import type { Clock } from "../services/shared/clock.js";
 import type { AuthMode, RateLimit } from "../services/shared/config.js";
 import type { Logger } from "../services/shared/logger.js";
 import { buildGateway } from "./app.js";
@@ -22,6 +23,8 @@ export interface GatewayOptions {
   metricsPort?: number;
   /** Each LinkService call's deadline; the contract's 1.8 s (clients.ts) unless a test needs room. */
   rpcDeadlineMs?: number;
+  /** The checkout page's now (GatewayDeps.clock); the system's unless a test hands in its own. */
+  clock?: Clock;
 }
 
 export async function startGateway(opts: GatewayOptions) {

@@ -17,12 +17,14 @@ import { judge, schemaDisagreement } from "../request-rules.js";
 import { PAY, paymentRequestFromJson, paymentResultToJson } from "./pay-json.js";
 import { IDEMPOTENCY_KEY_REPEATED, idempotencyKeyRepeated } from "../link-json.js";
 import { statusPage } from "./status-page.js";
+import { systemClock } from "../../services/shared/clock.js";
 
 const idOf = (req: FastifyRequest) => (req.params as { id: string }).id;
 
 export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, deps) => {
   const { links } = deps.clients;
   const testMode = deps.paylinkEnv === "test";
+  const clock = deps.clock ?? systemClock;
 
   route(app, "/link/:id", {
     async GET(req, reply) {
@@ -40,7 +42,7 @@ export const checkout: FastifyPluginAsync<GatewayDeps> = async (app, deps) => {
         const status = httpErrorOf(refused)!.status;
         return sendPage(reply, status, statusPage(status, { data: checkout.data, testMode }));
       }
-      return sendPage(reply, 200, checkoutPage(checkout, { testMode, now: Date.now() }));
+      return sendPage(reply, 200, checkoutPage(checkout, { testMode, now: clock.now().getTime() }));
     },
   }, { schema: ROUTE_SCHEMAS.checkoutPage });
 

@@ -55,7 +55,7 @@ export async function startStack(opts: StackOptions = {}) {
     probeDb,
   });
   const linksUrl = `http://127.0.0.1:${links.port}`;
-  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, auth, logger, metricsPort: 0 });
+  const gateway = await startGateway({ ...opts.gateway, linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: env, auth, logger, metricsPort: 0, clock });
   const gatewayUrl = `http://127.0.0.1:${gateway.port}`;
   // In api-key mode every client the tests name gets a key of its own.
   const secrets = new Map<string, Promise<string>>();
