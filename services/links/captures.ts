@@ -25,7 +25,6 @@ const RETRY_MAX_MS = 3_600_000;
 // release holds up the passes behind it: one that hangs is given up (and
 // tried again later; capture and release are idempotent).
 const PROCESSOR_TIMEOUT_MS = 15_000;
-const IDLE_MARGIN_MS = 5_000;
 // A release that fails is tried again this much later.
 export const RELEASE_RETRY_MS = 5 * 60_000;
 
@@ -82,7 +81,7 @@ export function createCaptureRetrier(opts: {
       try {
         const done = await db.transaction(async (tx) => {
           // The processor answers while the row is held: up to its timeout.
-          await store.allowIdle(tx, timeoutMs + IDLE_MARGIN_MS);
+          await store.allowIdle(tx, timeoutMs);
           const payment = await store.lockUncaptured(tx, id);
           if (!payment) return false; // recorded meanwhile, or another copy has it
           await captureAndRecord(tx, processor, clock, payment, timeoutMs);

@@ -47,7 +47,6 @@ export interface Relay {
 }
 
 const CLEANUP_BATCH = 1000;
-const IDLE_MARGIN_MS = 5_000;
 
 export function createRelay(opts: RelayOptions): Relay {
   const { db, clock, logger } = opts;
@@ -97,7 +96,7 @@ export function createRelay(opts: RelayOptions): Relay {
   async function publishBatch(client: JetStreamClient): Promise<{ claimed: number; failed: number }> {
     return db.transaction(async (tx) => {
       // The claimed rows are held while JetStream answers: up to the publish timeout.
-      await allowIdle(tx, publishTimeoutMs + IDLE_MARGIN_MS);
+      await allowIdle(tx, publishTimeoutMs);
       const rows = await claimUnpublished(tx, batchSize);
       if (rows.length === 0) return { claimed: 0, failed: 0 };
       const sendable: { row: (typeof rows)[number]; headers: MsgHdrs | undefined }[] = [];

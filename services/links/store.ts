@@ -191,13 +191,16 @@ export async function deferCapture(db: Executor, id: string, now: Date, firstMs:
     .where(and(eq(payments.id, id), isNull(payments.capturedAt)));
 }
 
+// What a transaction that waits on something else gets beyond that wait's own limit.
+const IDLE_MARGIN_MS = 5_000;
+
 /**
- * Lets this transaction wait `ms` between its statements (db.ts ends a
- * session idle in a transaction after 5 s): for the one that holds a row
- * while the processor answers.
+ * Lets this transaction wait up to `waitMs` (and a margin) between its
+ * statements, where db.ts ends a session idle in a transaction after 5 s: for
+ * those that hold rows while the processor or JetStream answers.
  */
-export async function allowIdle(tx: Executor, ms: number): Promise<void> {
-  await tx.execute(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(Math.ceil(ms))}, true)`);
+export async function allowIdle(tx: Executor, waitMs: number): Promise<void> {
+  await tx.execute(sql`SELECT set_config('idle_in_transaction_session_timeout', ${String(Math.ceil(waitMs + IDLE_MARGIN_MS))}, true)`);
 }
 
 /** Holds one uncaptured payment for this transaction; undefined when recorded or held elsewhere. */
