@@ -3,7 +3,8 @@
 # suite. Installs Debian's Chromium (the browser test), nats-server (the
 # webhook tests start private servers of their own) and python3-venv (the
 # Python client example installs grpcio-tools into a venv) and pg_isready
-# (below, and compose's healthcheck in test/compose-health.test.ts) when missing,
+# (below, and compose's healthcheck in test/compose-health.test.ts) and HAProxy
+# (compose's balancer, run in test/compose-balancer.test.ts) when missing,
 # and starts the machine's PostgreSQL when it is installed but not running.
 # Quick when everything is already there.
 set -euo pipefail
@@ -14,6 +15,7 @@ command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missin
 # The Python client example (test/examples.test.ts) makes a venv.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v pg_isready >/dev/null 2>&1 || missing+=(postgresql-client)
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${missing[*]}"
