@@ -56,10 +56,13 @@ it.each(["not a url", "collector:4318", "ftp://collector:4318"])("refuses OTEL_E
 });
 
 it("exports one trace across the gateway and the LinkService when it is set: pays, and the creates and gets that travel batched", async () => {
-  // The SDK reads the standard variables from the environment.
+  // The SDK reads the standard variables from the environment; blank ones
+  // count as unset, as docker-compose.yml passes those the host leaves out.
   Object.assign(process.env, {
     OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(collector.address() as AddressInfo).port}`,
     OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+    OTEL_EXPORTER_OTLP_HEADERS: "",
+    OTEL_SERVICE_NAME: "",
     OTEL_METRICS_EXPORTER: "none",
     OTEL_LOGS_EXPORTER: "none",
   });
@@ -110,4 +113,6 @@ it("exports one trace across the gateway and the LinkService when it is set: pay
   expect(linksSpanOf(traces.get)).toBe("/paylink.v1.LinkService/GetLink");
   expect(received.some((r) => r.span.name === "/grpc.health.v1.Health/Check"), "a health check's span").toBe(false);
   expect(received.filter((r) => r.span.traceId === traces.probe)).toEqual([]);
+  // The process's own name, OTEL_SERVICE_NAME being blank: the stack runs in this process.
+  expect(new Set(received.map((r) => r.service))).toEqual(new Set(["paylink-test"]));
 });

@@ -23,7 +23,7 @@ export async function startTelemetry(serviceName: string, env: NodeJS.ProcessEnv
   }
   const { NodeSDK } = await import("@opentelemetry/sdk-node");
   api = await import("@opentelemetry/api");
-  const sdk = new NodeSDK({ serviceName: env.OTEL_SERVICE_NAME ?? `paylink-${serviceName}`, instrumentations: [] });
+  const sdk = new NodeSDK({ serviceName: optional(env, "OTEL_SERVICE_NAME") ?? `paylink-${serviceName}`, instrumentations: [] });
   sdk.start();
   tracer = api.trace.getTracer("paylink");
   return {
