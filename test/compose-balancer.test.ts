@@ -4,7 +4,7 @@
 // reaches them through it. A copy that drains costs the gateway no request,
 // and a frozen one is taken out, so that calls go to the other.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
@@ -13,6 +13,8 @@ import { createDatabase } from "./support/database.js";
 import { canConnect, freePort, waitFor } from "./support/nats.js";
 import { type Proc, ROOT, spawnRole, waitListening, waitReady } from "./support/processes.js";
 
+// Debian's package puts it in /usr/sbin, which is not on every user's PATH.
+const HAPROXY = existsSync("/usr/sbin/haproxy") ? "/usr/sbin/haproxy" : "haproxy";
 const compose = parseYaml(readFileSync(path.join(ROOT, "docker-compose.yml"), "utf8"), { merge: true }) as {
   configs: { haproxy: { content: string } };
 };
@@ -68,7 +70,8 @@ beforeAll(async () => {
   const ports = { rest: await freePort(), grpc: await freePort(), gateway: await freePort() };
   dir = mkdtempSync(path.join(tmpdir(), "paylink-haproxy-"));
   writeFileSync(path.join(dir, "haproxy.cfg"), localConfig(ports));
-  haproxy = spawn("haproxy", ["-db", "-f", path.join(dir, "haproxy.cfg")], { stdio: ["ignore", "pipe", "pipe"] });
+  haproxy = spawn(HAPROXY, ["-db", "-f", path.join(dir, "haproxy.cfg")], { stdio: ["ignore", "pipe", "pipe"] });
+  haproxy.on("error", (err) => (haproxyOutput += `${err.message}\n`));
   for (const stream of [haproxy.stdout!, haproxy.stderr!]) stream.on("data", (chunk: Buffer) => (haproxyOutput += chunk.toString()));
   await waitFor(() => canConnect(ports.grpc), 10_000, () => `HAProxy did not listen: ${haproxyOutput}`);
   const res = await fetch(`http://127.0.0.1:${ports.rest}/v1/links`, { headers: { "client-id": "merchant-balancer" } });

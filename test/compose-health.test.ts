@@ -94,7 +94,7 @@ describe("the probe", () => {
     expect(performance.now() - started).toBeLessThan(5_000);
   });
   it("refuses to run without a URL", async () => {
-    expect((await probe("")).code).toBe(2);
+    expect(await probe("")).toEqual({ code: 1, stderr: "usage: node dist/services/admin/healthcheck.js <http URL>\n" });
   });
 });
 

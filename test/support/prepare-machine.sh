@@ -15,7 +15,7 @@ command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missin
 # The Python client example (test/examples.test.ts) makes a venv.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v pg_isready >/dev/null 2>&1 || missing+=(postgresql-client)
-command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${missing[*]}"
