@@ -4,20 +4,17 @@
 // reaches them through it. A copy that drains costs the gateway no request,
 // and a frozen one is taken out, so that calls go to the other.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { parse as parseYaml } from "yaml";
+import { compose } from "./support/compose.js";
 import { createDatabase } from "./support/database.js";
 import { canConnect, freePort, waitFor } from "./support/nats.js";
-import { type Proc, ROOT, spawnRole, waitListening, waitReady } from "./support/processes.js";
+import { type Proc, spawnRole, waitListening, waitReady } from "./support/processes.js";
 
 // Debian's package puts it in /usr/sbin, which is not on every user's PATH.
 const HAPROXY = existsSync("/usr/sbin/haproxy") ? "/usr/sbin/haproxy" : "haproxy";
-const compose = parseYaml(readFileSync(path.join(ROOT, "docker-compose.yml"), "utf8"), { merge: true }) as {
-  configs: { haproxy: { content: string } };
-};
 
 interface Copy {
   port: number;
@@ -37,7 +34,7 @@ let noGateway: { status: number; retryAfter: string | null; contentType: string 
 
 /** The compose file's HAProxy configuration, on this machine's loopback instead of the compose network's names. */
 function localConfig(ports: { rest: number; grpc: number; gateway: number }): string {
-  const config = compose.configs.haproxy.content
+  const config = compose.configs.haproxy!.content
     .replace(/^\s*resolvers docker\n\s*nameserver .*\n/m, "")
     .replaceAll(" resolvers docker init-addr none", "")
     .replace("bind :8080", `bind 127.0.0.1:${ports.rest}`)

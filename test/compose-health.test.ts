@@ -7,26 +7,14 @@
 // so a gateway starts after its LinkService answers, and `docker compose ps`
 // shows a gateway that cannot reach it as unhealthy.
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parse as parseYaml } from "yaml";
+import { compose, roleOf } from "./support/compose.js";
 import { freePort } from "./support/nats.js";
 import { ROOT } from "./support/processes.js";
 
-interface ComposeService {
-  command?: string[];
-  ports?: string[];
-  healthcheck?: { test: string[] };
-  environment?: Record<string, string>;
-  depends_on?: string[] | Record<string, { condition: string }>;
-}
-const compose = parseYaml(readFileSync(path.join(ROOT, "docker-compose.yml"), "utf8"), { merge: true }) as {
-  services: Record<string, ComposeService>;
-};
 const run = promisify(execFile);
 const PROBE = "dist/services/admin/healthcheck.js";
 /** Each of our processes and what its health check asks, on the port the process listens on by default. */
@@ -36,7 +24,7 @@ const CHECKED = {
   notifier: "http://127.0.0.1:8090/readyz",
 };
 const ours = Object.entries(compose.services).flatMap(([name, service]) => {
-  const role = /^(links|gateway|notifier)(-\d+)?$/.exec(name)?.[1] as keyof typeof CHECKED | undefined;
+  const role = roleOf(name);
   return role ? [{ name, role, service }] : [];
 });
 

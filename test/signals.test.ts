@@ -11,23 +11,15 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parse as parseYaml } from "yaml";
 import { NODE_FLAGS } from "../services/dev/node-flags.js";
 import { anyAddress } from "../services/shared/any-address.js";
+import { compose, roleOf } from "./support/compose.js";
 import { createDatabase } from "./support/database.js";
 import { canConnect, freePort, startNatsServer, type NatsServer, waitFor } from "./support/nats.js";
 import { ENTRIES, type Proc, type Role, ROOT, spawnRole, startNotifier, startServices, waitListening, waitReady } from "./support/processes.js";
 
 const read = (file: string) => readFileSync(path.join(ROOT, file), "utf8");
 
-interface ComposeService {
-  command?: string[];
-  init?: boolean;
-}
-/** docker-compose.yml's services, with its anchors and merge keys resolved. */
-const composeServices = () => (parseYaml(read("docker-compose.yml"), { merge: true }) as { services: Record<string, ComposeService> }).services;
-/** A compose service of ours (it runs the image behind an init), and the role it runs: links, links-1, links-2... */
-const roleOf = (name: string) => /^(links|gateway|notifier)(-\d+)?$/.exec(name)?.[1];
 
 /** The command each place runs for a role, as argv. */
 function commandsOf(role: Role): Record<string, string[]> {
@@ -38,7 +30,7 @@ function commandsOf(role: Role): Record<string, string[]> {
   // `exec`: the shell npm runs the script in becomes node, so npm's SIGTERM reaches it (below).
   const commands: Record<string, string[]> = { [`npm run start:${role}`]: scripts[`start:${role}`]!.replace(/^exec /, "").split(" ") };
   // Every profile's copies: the single profile's one and the cluster profile's two.
-  for (const [name, service] of Object.entries(composeServices())) {
+  for (const [name, service] of Object.entries(compose.services)) {
     if (roleOf(name) === role) commands[`compose ${name}`] = [...entrypoint, ...(service.command ?? [])];
   }
   if (role === "gateway") commands["Dockerfile CMD"] = [...entrypoint, ...JSON.parse(/^CMD (\[.*\])$/m.exec(dockerfile)![1]!)];
@@ -64,7 +56,7 @@ describe("the production command lines", () => {
       expect({ where, argv }).toEqual({ where, argv: ["node", ...NODE_FLAGS, ENTRIES[role]] });
     }
     // Each of ours runs behind an init, and every service behind one is one of ours (so none goes unchecked).
-    const services = Object.entries(composeServices());
+    const services = Object.entries(compose.services);
     expect(services.filter(([name]) => roleOf(name) === role).map(([name, service]) => [name, service.init])).toEqual(
       services.filter(([name]) => roleOf(name) === role).map(([name]) => [name, true]),
     );
