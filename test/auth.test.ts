@@ -75,6 +75,16 @@ describe("keys", () => {
     expect((await create("auth-rotate", bearer(second.secret))).status).toBe(201);
   });
 
+  it("revoke idempotently, keeping the first revoked_at, and list none for a client without keys (as admin_service.proto says)", async () => {
+    const { id } = await newKey("auth-revoke-twice");
+    const first = (await admin.revokeApiKey({ id }, asAdmin)).apiKey!;
+    stack.clock.advance(60_000);
+    const again = (await admin.revokeApiKey({ id }, asAdmin)).apiKey!;
+    expect(first.revokedAt).toBeDefined();
+    expect(again).toEqual(first);
+    expect((await admin.listApiKeys({ clientId: "auth-no-keys-at-all" }, asAdmin)).apiKeys).toEqual([]);
+  });
+
   it("stop working on every copy within 30 seconds of revocation", async () => {
     const { id, secret } = await newKey("auth-revoke");
     const other = await stack.startLinksCopy({ processor: undefined, auth: "api-key" });

@@ -148,6 +148,8 @@ export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__P
  */
 export type RevokeApiKeyRequest = Message<"paylink.admin.v1.RevokeApiKeyRequest"> & {
   /**
+   * The key's id ("key-..."), as CreateApiKey and ListApiKeys answer it.
+   *
    * @generated from field: string id = 1;
    */
   id: string;
@@ -188,7 +190,9 @@ export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@_
 export const AdminService: GenService<{
   /**
    * Makes a new key for a client. The secret is in this answer only: only
-   * its SHA-256 is stored.
+   * its SHA-256 is stored. A client may hold any number of active keys (to
+   * rotate: create, deploy, then revoke the old one). INVALID_ARGUMENT when
+   * client_id breaks its rules (see CreateApiKeyRequest).
    *
    * @generated from rpc paylink.admin.v1.AdminService.CreateApiKey
    */
@@ -199,6 +203,8 @@ export const AdminService: GenService<{
   },
   /**
    * A client's keys, oldest first, revoked ones included, without secrets.
+   * A client with no keys gets an empty list, not NOT_FOUND; client_id has
+   * CreateApiKey's rules.
    *
    * @generated from rpc paylink.admin.v1.AdminService.ListApiKeys
    */
@@ -208,7 +214,11 @@ export const AdminService: GenService<{
     output: typeof ListApiKeysResponseSchema;
   },
   /**
-   * Revokes a key; every copy of the LinkService refuses it within 30 seconds.
+   * Revokes a key; every copy of the LinkService refuses it within 30
+   * seconds. Idempotent: revoking a revoked key succeeds again and answers
+   * the key with its first revoked_at. NOT_FOUND ("API key not found") for
+   * an id that names no key, malformed ids included. A revoked key cannot
+   * be made active again: create a new one.
    *
    * @generated from rpc paylink.admin.v1.AdminService.RevokeApiKey
    */
