@@ -21,7 +21,8 @@ import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js
 import type { Clock } from "../shared/clock.js";
 import { isEventId } from "../shared/ids.js";
 import type { Db, Executor } from "./db.js";
-import { enqueue, requestTrace } from "./outbox.js";
+import { requestTrace } from "./event-messages.js";
+import { enqueue } from "./outbox.js";
 import type { LinkRow } from "./records.js";
 import type { deliveries } from "./schema.js";
 import { storableAttemptError } from "../shared/attempt-error.js";

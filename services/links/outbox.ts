@@ -1,47 +1,12 @@
 // The transactional outbox: events are written in the same transaction as
 // the change they describe, and the relay publishes them afterwards.
 import { randomUUID } from "node:crypto";
-import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { toBinary } from "@bufbuild/protobuf";
 import { and, asc, eq, inArray, isNull, isNotNull, lte, ne, or, sql } from "drizzle-orm";
 import { type Event, EventSchema } from "../../proto/gen/paylink/v1/events_pb.js";
 import type { Executor } from "./db.js";
-import { currentTrace, traceHeaders } from "../shared/trace-context.js";
+import { SUBJECTS, subjectOf } from "./event-messages.js";
 import { outbox } from "./schema.js";
-
-export const SUBJECT_PREFIX = "paylink.events";
-const SUBJECTS = {
-  paymentCompleted: `${SUBJECT_PREFIX}.payment.completed`,
-  linkExpired: `${SUBJECT_PREFIX}.link.expired`,
-} as const;
-
-type Payload = NonNullable<Event["payload"]["case"]>;
-
-export function newEvent(
-  at: Date,
-  fields: Pick<MessageInitShape<typeof EventSchema>, "linkId" | "clientId" | "payload">,
-): Event {
-  return create(EventSchema, { ...fields, id: randomUUID(), occurredAt: timestampFromDate(at), ...requestTrace() });
-}
-
-/** The ids of the request being served, if any, which travel with an event it writes. */
-export function requestTrace(): Pick<Event, "requestId" | "traceparent" | "tracestate"> {
-  const trace = traceHeaders(currentTrace());
-  return { requestId: trace["x-request-id"] ?? "", traceparent: trace.traceparent ?? "", tracestate: trace.tracestate ?? "" };
-}
-
-/** Announces that a link became expired, by time or by its merchant. */
-export function linkExpiredEvent(at: Date, link: { id: string; clientId: string; expiresAt: Date }): Event {
-  return newEvent(at, {
-    linkId: link.id,
-    clientId: link.clientId,
-    payload: { case: "linkExpired", value: { expiredAt: timestampFromDate(link.expiresAt) } },
-  });
-}
-
-export function subjectOf(event: Event): string {
-  return SUBJECTS[event.payload.case as Payload];
-}
 
 /**
  * Writes events for the relay. The row id is the event id, so the stream
@@ -140,14 +105,4 @@ export async function oldestUnpublishedAt(db: Executor): Promise<Date | undefine
     .orderBy(asc(outbox.createdAt))
     .limit(1);
   return row?.at;
-}
-
-/** The NATS headers of an outbox row: its request's X-Request-Id, traceparent and tracestate, when it has them. */
-export function traceHeadersOf(payload: Uint8Array): Record<string, string> {
-  const event = fromBinary(EventSchema, payload);
-  const headers: Record<string, string> = {};
-  if (event.requestId) headers["X-Request-Id"] = event.requestId;
-  if (event.traceparent) headers.traceparent = event.traceparent;
-  if (event.tracestate) headers.tracestate = event.tracestate;
-  return headers;
 }

@@ -14,7 +14,8 @@ import { passLog } from "../shared/pass-log.js";
 import { levelOfLoopFailure } from "./db-errors.js";
 import type { Db } from "./db.js";
 import { allowIdle } from "./store.js";
-import { claimUnpublished, deletePublishedBefore, markPublished, setAside, SUBJECT_PREFIX, traceHeadersOf } from "./outbox.js";
+import { SUBJECT_PREFIX, traceHeadersOf } from "./event-messages.js";
+import { claimUnpublished, deletePublishedBefore, markPublished, setAside } from "./outbox.js";
 
 export interface RelayOptions {
   db: Db;

@@ -18,7 +18,8 @@ import { levelOfLoopFailure } from "./db-errors.js";
 import type { Db } from "./db.js";
 import { deleteOldFailures } from "./attempts.js";
 import { deleteExpiredKeys } from "./idempotency.js";
-import { enqueue, linkExpiredEvent } from "./outbox.js";
+import { linkExpiredEvent } from "./event-messages.js";
+import { enqueue } from "./outbox.js";
 import * as store from "./store.js";
 
 export interface SweeperOptions {
