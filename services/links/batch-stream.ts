@@ -12,7 +12,6 @@ import { setMaxListeners } from "node:events";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import {
   type BatchesRequest,
   BatchesRequestSchema,
@@ -28,6 +27,8 @@ import {
 import { noteDeadline } from "../shared/call-deadline.js";
 import { statusFromError } from "../shared/rpc-status.js";
 import { MAX_TIMER_MS } from "./deadlines.js";
+import { errorTrailers } from "./grpc-fast-path.js";
+import { createMessageReader } from "./length-prefixed.js";
 
 // Longer than any call's deadline (the gateway's are 1.8 s).
 const DRAIN_GRACE_MS = 2_000;
@@ -119,21 +120,27 @@ export function createBatchStreams(options: BatchStreamOptions) {
       requestSignal: gone.signal,
     });
     followedByEveryCall(ctx);
-    let buffered: Buffer | undefined;
+    const inbox = createMessageReader();
     let pending = 0;
     let halfClosed = false;
     let ended = false;
+    // What ends the stream once the calls already started are answered: a
+    // message it cannot read. Their answers still go out (a create among
+    // them may have made its link), and nothing after it is read.
+    let failure: ConnectError | undefined;
 
     const end = (error?: ConnectError) => {
       if (ended) return;
       ended = true;
       open.delete(drain);
       if (res.stream.destroyed || res.stream.closed) return;
-      const trailers: Record<string, string> = {};
-      if (error) setTrailerStatus(new Headers(), error).forEach((value, name) => (trailers[name] = value));
-      else trailers["grpc-status"] = "0";
-      res.addTrailers(trailers);
+      res.addTrailers(error ? errorTrailers(error) : { "grpc-status": "0" });
       res.end();
+    };
+    const fail = (error: ConnectError) => {
+      failure = error;
+      inbox.clear();
+      pump();
     };
     // On GOAWAY the gateway sends no more calls on this stream and closes
     // its side once its calls are answered; calls already on the wire still
@@ -172,31 +179,30 @@ export function createBatchStreams(options: BatchStreamOptions) {
      * sent its last call and every call is answered.
      */
     const pump = () => {
-      while (!ended && buffered !== undefined && buffered.length >= 5) {
+      if (ended) return;
+      if (failure) return void (pending === 0 && end(failure));
+      for (let head = inbox.head(); head; head = inbox.head()) {
         if (pending >= MAX_PENDING_CALLS || res.stream.writableLength >= MAX_UNSENT_BYTES) return void req.pause();
-        const data = buffered;
         // The codes connect's handler gives on the other path (and grpc-go too).
-        if (data[0] !== 0) return end(new ConnectError("protocol error: compressed message without grpc-encoding", Code.Internal));
-        const size = data.readUInt32BE(1);
-        if (size > options.readMaxBytes) {
-          return end(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
+        if (head.compressed) return fail(new ConnectError("protocol error: compressed message without grpc-encoding", Code.Internal));
+        if (head.size > options.readMaxBytes) {
+          return fail(new ConnectError(`message larger than ${options.readMaxBytes} bytes`, Code.ResourceExhausted));
         }
-        if (data.length < 5 + size) break;
+        const body = inbox.take(head);
+        if (!body) break;
         let call: BatchesRequest;
         try {
           // Fields this release does not know are dropped, as on the unary paths (server.ts).
-          call = fromBinary(BatchesRequestSchema, data.subarray(5, 5 + size), { readUnknownFields: false });
+          call = fromBinary(BatchesRequestSchema, body, { readUnknownFields: false });
         } catch (err) {
-          return end(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
+          return fail(new ConnectError(`a message cannot be decoded: ${(err as Error).message}`, Code.InvalidArgument));
         }
-        buffered = data.length > 5 + size ? data.subarray(5 + size) : undefined;
         dispatch(call);
       }
-      if (ended) return;
       if (!halfClosed) {
         if (req.isPaused()) req.resume();
-      } else if (buffered !== undefined) {
-        end(new ConnectError("the stream ended inside a message", Code.InvalidArgument));
+      } else if (inbox.pending) {
+        fail(new ConnectError("the stream ended inside a message", Code.InvalidArgument));
       } else if (pending === 0) {
         end();
       }
@@ -204,8 +210,8 @@ export function createBatchStreams(options: BatchStreamOptions) {
 
     res.writeHead(200, { "content-type": "application/grpc+proto" });
     req.on("data", (chunk: Buffer) => {
-      if (ended) return;
-      buffered = buffered ? Buffer.concat([buffered, chunk]) : chunk;
+      if (ended || failure) return;
+      inbox.push(chunk);
       pump();
     });
     req.on("end", () => {
@@ -266,8 +272,11 @@ export function createBatchStreams(options: BatchStreamOptions) {
             room?.();
             room = undefined;
           }
-          if (readError !== undefined) throw readError;
-          if (!reading && inFlight === 0) return;
+          // A message that cannot be read ends the stream, after the answers of the calls already started.
+          if (!reading && inFlight === 0) {
+            if (readError !== undefined) throw readError;
+            return;
+          }
           await new Promise<void>((resolve) => (wake = resolve));
           wake = undefined;
         }

@@ -149,12 +149,17 @@ function serve(route: Route, req: Http2ServerRequest, res: Http2ServerResponse, 
 }
 
 function answerError(res: Http2ServerResponse, error: ConnectError) {
+  res.writeHead(200, { "content-type": "application/grpc+proto" });
+  res.addTrailers(errorTrailers(error));
+  res.end();
+}
+
+/** The trailers that end a call with `error`: its status, details and message (percent-encoded as gRPC's spec says). */
+export function errorTrailers(error: ConnectError): Record<string, string> {
   const trailers: Record<string, string> = {};
   setTrailerStatus(new Headers(), error).forEach((value, name) => (trailers[name] = value));
   trailers["grpc-message"] = percentEncodeGrpc(error.rawMessage);
-  res.writeHead(200, { "content-type": "application/grpc+proto" });
-  res.addTrailers(trailers);
-  res.end();
+  return trailers;
 }
 
 // Handlers here read request headers and the signal; none sets response
@@ -193,8 +198,9 @@ function handlerContext(
  * What is wrong with a unary request's frames, in the codes connect's adapter
  * gives the same request on the other path (and grpc-go gives too): a message
  * missing or one too many is UNIMPLEMENTED, a message cut short
- * INVALID_ARGUMENT, a compressed one without grpc-encoding INTERNAL, as is a
- * message that does not decode (above).
+ * INVALID_ARGUMENT, a compressed one without grpc-encoding INTERNAL (gRPC
+ * counts it a protocol error, not the caller's data). A message that does not
+ * decode is INVALID_ARGUMENT (above).
  */
 function framingError(body: Buffer): ConnectError | undefined {
   if (body.length === 0) return new ConnectError("protocol error: missing message for unary method", Code.Unimplemented);
