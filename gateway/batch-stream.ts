@@ -16,6 +16,7 @@ import {
   BatchesResponseSchema,
   LinkBatchService,
 } from "../proto/gen/paylink/internal/v1/link_batches_pb.js";
+import { createMessageReader } from "../services/shared/length-prefixed.js";
 import { errorFromStatus } from "../services/shared/rpc-status.js";
 import { toHeaders } from "./grpc-transport.js";
 
@@ -59,7 +60,7 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
       te: "trailers",
     });
     const state: OpenStream = { stream, waiting: new Map(), closing: false };
-    let buffered: Buffer | undefined;
+    const inbox = createMessageReader();
     let headers: http2.IncomingHttpHeaders = {};
     let trailers: http2.IncomingHttpHeaders | undefined;
 
@@ -77,22 +78,21 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
 
     stream.on("response", (h) => (headers = h));
     stream.on("data", (chunk: Buffer) => {
-      let data = buffered ? Buffer.concat([buffered, chunk]) : chunk;
-      while (data.length >= 5) {
-        const size = data.readUInt32BE(1);
-        if (data.length < 5 + size) break;
+      inbox.push(chunk);
+      for (let head = inbox.head(); head; head = inbox.head()) {
+        const body = inbox.take(head);
+        if (!body) break;
         let message: BatchesResponse;
         try {
-          if (data[0] !== 0) throw new Error("a compressed message");
-          message = fromBinary(BatchesResponseSchema, data.subarray(5, 5 + size));
+          if (head.compressed) throw new Error("a compressed message");
+          message = fromBinary(BatchesResponseSchema, body);
         } catch (err) {
+          inbox.clear();
           stream.close();
           return failAll(new ConnectError(`the batch stream's answer cannot be read: ${(err as Error).message}`, Code.Unavailable));
         }
-        data = data.subarray(5 + size);
         settle(state, message);
       }
-      buffered = data.length > 0 ? data : undefined;
     });
     stream.on("trailers", (t) => (trailers = t));
     // The LinkService ended its side (it drains): no more calls here; end ours, so the stream closes.

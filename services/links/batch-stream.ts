@@ -28,7 +28,7 @@ import { noteDeadline } from "../shared/call-deadline.js";
 import { statusFromError } from "../shared/rpc-status.js";
 import { MAX_TIMER_MS } from "./deadlines.js";
 import { errorTrailers } from "./grpc-fast-path.js";
-import { createMessageReader } from "./length-prefixed.js";
+import { createMessageReader } from "../shared/length-prefixed.js";
 
 // Longer than any call's deadline (the gateway's are 1.8 s).
 const DRAIN_GRACE_MS = 2_000;
