@@ -111,9 +111,15 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       // A 408 cuts a request a route already has, whose body never came: its
       // answer keeps that request's id. Any other refusal is of bytes after
       // it (a pipelined request), which are not that request.
-      const current = (socket as { _httpMessage?: { req?: IncomingMessage } })._httpMessage?.req;
+      const current = answerOnTheWay(socket)?.req;
       const cut = code === "ERR_HTTP_REQUEST_TIMEOUT" && current && !current.complete ? current : undefined;
-      answerAndClose(socket, rawAnswer(refuseUnrouted(status, message, code, cut)));
+      const answer = rawAnswer(refuseUnrouted(status, message, code, cut));
+      if (cut) return answerAndClose(socket, answer);
+      // The requests before the refused bytes still run (a create, a pay):
+      // their answers go out first, then the refusal. Written at once, it
+      // had ended the socket before them, and the client read the refusal
+      // as the answer to a request whose link or payment was made.
+      afterAnswersOnTheWay(socket, () => answerAndClose(socket, answer));
     },
   });
   drainGently(app.server);
@@ -225,6 +231,27 @@ function requestIdOf(req: IncomingMessage & { [REQUEST_ID]?: string }): string {
   if (kept) return kept;
   const given = req.headers["x-request-id"];
   return (req[REQUEST_ID] = typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID());
+}
+
+/** The answer the socket is writing or will write next, Node's own record of it. */
+const answerOnTheWay = (socket: Duplex) => (socket as { _httpMessage?: ServerResponse })._httpMessage;
+
+/**
+ * Runs `then` once every answer owed on the socket has gone out: Node hands
+ * the socket to a pipelined request's answer when the one before finishes.
+ */
+function afterAnswersOnTheWay(socket: Duplex, then: () => void): void {
+  if (!socket.writable) return void socket.destroy();
+  const owed = answerOnTheWay(socket);
+  if (!owed || owed.writableFinished) return then();
+  let settled = false;
+  const next = () => {
+    if (settled) return;
+    settled = true;
+    afterAnswersOnTheWay(socket, then);
+  };
+  owed.once("finish", next);
+  owed.once("close", next);
 }
 
 /**

@@ -1,5 +1,6 @@
 // The gateway's HTTP edges: unknown paths, wrong methods, request ids,
 // health and readiness, JSON everywhere, and 500/503 without internals.
+import { randomUUID } from "node:crypto";
 import http from "node:http";
 import net, { createServer } from "node:net";
 import zlib from "node:zlib";
@@ -661,6 +662,21 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     const refusal = raw.slice(raw.indexOf("HTTP/1.1 400"));
     expect(refusal).toMatch(/\r\nX-Request-Id: [0-9a-f-]{36}\r\n/);
     expect(refusal).not.toContain("good-1");
+  });
+
+  it.each([
+    ["bytes that are no request", "XXXX\r\n\r\n", "HTTP/1.1 501 Not Implemented"],
+    ["a header line without a colon", "GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", "HTTP/1.1 400 Bad Request"],
+  ])("answers pipelined creates before it refuses what follows them (%s): each create made is told so", async (_name, after, refusal) => {
+    const clientId = `client-pipelined-${randomUUID()}`;
+    const body = JSON.stringify(validLink());
+    const auth = rawHeaders(await stack.merchantHeaders(clientId));
+    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const raw = await rawRequest(create + create + after);
+    expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 201 Created", "HTTP/1.1 201 Created", refusal]);
+    const answered = [...raw.matchAll(/"id":"(lnk-[^"]+)"/g)].map((m) => m[1]).sort();
+    const listed = (await api(stack, "GET", "/v1/links", { clientId })).body.data.map((l: { id: string }) => l.id).sort();
+    expect(answered).toEqual(listed);
   });
 
   it("refuses a JSON body that is not UTF-8", async () => {
