@@ -177,6 +177,12 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     if ((body as Buffer).length > 0 && !isIdentity(req.headers["content-encoding"])) {
       return done(Object.assign(new Error("Content-Encoding must be identity"), { statusCode: 415 }), undefined);
     }
+    // JSON has no other encoding: a body declared as Latin-1 or UTF-16 was
+    // read as UTF-8 anyway, its "é" stored as "Ã©" or refused as not JSON.
+    const charset = CHARSET.exec(req.headers["content-type"] ?? "")?.[1];
+    if ((body as Buffer).length > 0 && charset !== undefined && !/^utf-?8$/i.test(charset)) {
+      return done(Object.assign(new Error("Content-Type charset must be utf-8"), { statusCode: 415 }), undefined);
+    }
     // Node undoes chunked only: "gzip, chunked" would hand the parser gzip.
     const transfer = req.headers["transfer-encoding"];
     if (transfer !== undefined && transfer.trim().toLowerCase() !== "chunked") {
@@ -210,6 +216,8 @@ const CHECKOUT_PATH = /^\/link(?:[/?]|$)/;
 
 /** A well-formed request line (RFC 9112 §3) whose method (a token, RFC 9110 §5.6.2) is the only question. */
 const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ \S+ HTTP\/\d\.\d\r?\n/;
+// A Content-Type's charset parameter, quoted or not (RFC 9110 §8.3.1).
+const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i;
 const isIdentity = (encoding: string | undefined) => encoding === undefined || encoding.trim().toLowerCase() === "identity";
 
 /** A request no route sees, answered in the contract's shape. */
