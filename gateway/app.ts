@@ -155,6 +155,13 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       reply.header("cache-control", "no-store").header("connection", "close");
       throw badRequest("Host header is required");
     }
+    // The same section refuses two Host lines (Node keeps the first) and a
+    // value that is no host; a request target holds no fragment (§3.2, and
+    // the router read "#limit=1" as a query).
+    if ((req.headers.host !== undefined && !isOneHost(req.headers.host, req.raw.rawHeaders)) || req.raw.url!.includes("#")) {
+      reply.header("cache-control", "no-store").header("connection", "close");
+      throw badRequest(req.raw.url!.includes("#") ? "Malformed request URL" : "Host header is invalid");
+    }
     // Before anything reads the body: Fastify's 404 route parses one like
     // any other, and a bad one had answered 400, 413 or 415 for a path that
     // does not exist. "/v1/links/" is /v1/links/:id with no id: a path that
@@ -218,6 +225,17 @@ const CHECKOUT_PATH = /^\/link(?:[/?]|$)/;
 const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ \S+ HTTP\/\d\.\d\r?\n/;
 // A Content-Type's charset parameter, quoted or not (RFC 9110 §8.3.1).
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i;
+// RFC 3986's host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port; empty is allowed (RFC 9112 §3.2).
+const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::\d*)?$/;
+
+/** Whether a request's Host is one line with a host in it. */
+function isOneHost(host: string, rawHeaders: string[]): boolean {
+  if (!HOST.test(host)) return false;
+  let lines = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i]!.length === 4 && rawHeaders[i]!.toLowerCase() === "host") lines++;
+  return lines === 1;
+}
+
 const isIdentity = (encoding: string | undefined) => encoding === undefined || encoding.trim().toLowerCase() === "identity";
 
 /** A request no route sees, answered in the contract's shape. */

@@ -679,6 +679,24 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     expect(answered).toEqual(listed);
   });
 
+  it("refuses two Host lines, a Host that names no host, and a fragment in the request target (RFC 9112 §3.2)", async () => {
+    const auth = rawHeaders(await stack.merchantHeaders("client-a"));
+    for (const [head, error] of [
+      [`GET /v1/links HTTP/1.1\r\nHost: x\r\nHost: y\r\n${auth}\r\n`, "Host header is invalid"],
+      [`GET /v1/links HTTP/1.1\r\nHost: a b\r\n${auth}\r\n`, "Host header is invalid"],
+      [`GET /v1/links HTTP/1.1\r\nHost: shop.example/path\r\n${auth}\r\n`, "Host header is invalid"],
+      [`GET /v1/links#limit=1 HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, "Malformed request URL"],
+      [`GET /link/lnk-x#top HTTP/1.1\r\nHost: x\r\n\r\n`, "Malformed request URL"],
+    ] as const) {
+      const res = parse(await rawRequest(head));
+      expect({ statusLine: res.statusLine, body: res.body }, head).toEqual({ statusLine: "HTTP/1.1 400 Bad Request", body: { error } });
+    }
+    for (const host of ["x", "127.0.0.1:8080", "[::1]:8080", "shop.example", ""]) {
+      const res = parse(await rawRequest(`GET /v1/links?limit=1 HTTP/1.1\r\nHost: ${host}\r\n${auth}Connection: close\r\n\r\n`));
+      expect(res.statusLine, host).toBe("HTTP/1.1 200 OK");
+    }
+  });
+
   it("refuses a JSON body that is not UTF-8", async () => {
     const body = Buffer.concat([
       Buffer.from('{"type":"payment","data":{"amount":{"value":1,"currency":"USD"},"description":"'),
