@@ -53,7 +53,16 @@ export interface SchemaFailure {
 const ARTICLE: Record<string, string> = { string: "a string", number: "a number", integer: "an integer", object: "an object", array: "an array" };
 const join = (path: string, key: string) => (path ? `${path}.${key}` : key);
 
-export const unknownField = (path: string) => `Unknown field ${path}`;
+export const unknownField = (path: string) => `Unknown field ${quoted(path)}`;
+
+/**
+ * A name the caller made up, as an error repeats it: cut after 100
+ * characters (a 60 KB field name had come back whole in the error body).
+ */
+export function quoted(name: string): string {
+  if (name.length <= 100) return name;
+  return `${Array.from(name).slice(0, 100).join("")}…`;
+}
 
 /** The words for JSON's shape, which are the gateway's wherever it judges. */
 export const SHAPE = {

@@ -18,7 +18,7 @@ import { clientIdRepeated, clientIdRequired, LIMIT_RANGE, linkStateError, STATUS
 import { badRequest, INVALID_JSON } from "./errors.js";
 import { linkEventToJson, paymentToJson } from "./event-json.js";
 import { CREATE_LINK, createLinkRequestFromJson, isObject, linkToJson } from "./link-json.js";
-import { judge, type RequestRules, schemaDisagreement, unknownField } from "./request-rules.js";
+import { judge, quoted, type RequestRules, schemaDisagreement, unknownField } from "./request-rules.js";
 
 type ListQuery = Static<typeof ROUTE_SCHEMAS.links.GET.querystring>;
 
@@ -36,7 +36,7 @@ const LIST_LINKS: RequestRules = {
 
 // `?=x` names a parameter with no name, which the message would leave blank.
 const unknownParameter = (name: string) =>
-  name === "" ? "Query parameter names must not be empty" : `Unknown query parameter ${name}`;
+  name === "" ? "Query parameter names must not be empty" : `Unknown query parameter ${quoted(name)}`;
 
 /**
  * The routes that take no query refuse one, as the list refuses a name it

@@ -322,6 +322,8 @@ describe("validation (400 naming the field)", () => {
     ["data.items[1].price", (b) => (b.data.items = [item(), item({ price: 1 })]), "Unknown field data.items[1].price"],
     ["data.customer.foo", (b) => (b.data.customer = { foo: 1 }), "Unknown field data.customer.foo"],
     ["data.redirectUrl (camelCase)", (b) => (b.data.redirectUrl = "https://x.test"), "Unknown field data.redirectUrl"],
+    // a made-up name is repeated only so far: a 60 KB one had come back whole
+    ["a 5,000-character field name", (b) => (b.data["€".repeat(5_000)] = 1), `Unknown field data.${"€".repeat(95)}…`],
   ];
   it.each(cases)("%s", async (_name, edit, message) => {
     const res = await post(body(edit));

@@ -146,6 +146,7 @@ describe("routes", () => {
 it.each([
   ["POST", "/v1/links?expires_in=60", validLink(), "Unknown query parameter expires_in"],
   ["GET", "/v1/links/LINK?expand=payment", undefined, "Unknown query parameter expand"],
+  ["GET", `/v1/links/LINK?${"q".repeat(3_000)}=1`, undefined, `Unknown query parameter ${"q".repeat(100)}…`],
   ["POST", "/v1/links/LINK/expire?at=now", undefined, "Unknown query parameter at"],
   ["GET", "/v1/links/LINK/payment?x=1", undefined, "Unknown query parameter x"],
   ["GET", "/v1/links/LINK/events?limit=1", undefined, "Unknown query parameter limit"],
