@@ -98,6 +98,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // line) never reach a route; they too get the contract's error body.
     clientErrorHandler: (err, socket) => {
       if (!socket.writable) return socket.destroy();
+      // Once the parser has refused, each further chunk is refused again:
+      // one answer is enough (it had piled up listeners, then cut its own).
+      const marked = socket as Duplex & { [REFUSED]?: true };
+      if (marked[REFUSED]) return;
+      marked[REFUSED] = true;
       const code = (err as { code?: string }).code;
       const { status, message } =
         code === "HPE_HEADER_OVERFLOW"
@@ -108,18 +113,19 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
               ? // RFC 9110 §9.1: a method it does not know (not bytes that are no request at all).
                 { status: 501, message: "Method not implemented" }
               : { status: 400, message: "Malformed HTTP request" };
-      // A 408 cuts a request a route already has, whose body never came: its
-      // answer keeps that request's id. Any other refusal is of bytes after
-      // it (a pipelined request), which are not that request.
-      const current = answerOnTheWay(socket)?.req;
-      const cut = code === "ERR_HTTP_REQUEST_TIMEOUT" && current && !current.complete ? current : undefined;
-      const answer = rawAnswer(refuseUnrouted(status, message, code, cut));
-      if (cut) return answerAndClose(socket, answer);
-      // The requests before the refused bytes still run (a create, a pay):
-      // their answers go out first, then the refusal. Written at once, it
-      // had ended the socket before them, and the client read the refusal
-      // as the answer to a request whose link or payment was made.
-      afterAnswersOnTheWay(socket, () => answerAndClose(socket, answer));
+      // The request whose body the parser was reading, if it never came
+      // whole (too slow, or a malformed chunk): its route waits on that
+      // body and will never answer, so the refusal is its answer. A 408
+      // keeps its id, which its log lines already have; any other refusal
+      // is of bytes that may not be that request.
+      const reading = (socket as { parser?: { incoming?: IncomingMessage | null } }).parser?.incoming ?? answerOnTheWay(socket)?.req;
+      const refused = reading && !reading.complete ? reading : undefined;
+      const answer = rawAnswer(refuseUnrouted(status, message, code, code === "ERR_HTTP_REQUEST_TIMEOUT" ? refused : undefined));
+      // The requests before it still run (a create, a pay): their answers go
+      // out first, then the refusal. Written at once, it had ended the socket
+      // before them, and the client read the refusal as the answer to a
+      // request whose link or payment was made.
+      afterAnswersBefore(refused, socket, () => answerAndClose(socket, answer));
     },
   });
   drainGently(app.server);
@@ -184,10 +190,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     if ((body as Buffer).length > 0 && !isIdentity(req.headers["content-encoding"])) {
       return done(Object.assign(new Error("Content-Encoding must be identity"), { statusCode: 415 }), undefined);
     }
-    // JSON has no other encoding: a body declared as Latin-1 or UTF-16 was
-    // read as UTF-8 anyway, its "é" stored as "Ã©" or refused as not JSON.
+    // JSON has no other encoding (ASCII is a part of it): a body declared
+    // as Latin-1 or UTF-16 was read as UTF-8 anyway, its "é" stored as "Ã©"
+    // or refused as not JSON.
     const charset = CHARSET.exec(req.headers["content-type"] ?? "")?.[1];
-    if ((body as Buffer).length > 0 && charset !== undefined && !/^utf-?8$/i.test(charset)) {
+    if ((body as Buffer).length > 0 && charset !== undefined && !/^(?:utf-?8|us-ascii)$/i.test(charset)) {
       return done(Object.assign(new Error("Content-Type charset must be utf-8"), { statusCode: 415 }), undefined);
     }
     // Node undoes chunked only: "gzip, chunked" would hand the parser gzip.
@@ -225,8 +232,9 @@ const CHECKOUT_PATH = /^\/link(?:[/?]|$)/;
 const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ \S+ HTTP\/\d\.\d\r?\n/;
 // A Content-Type's charset parameter, quoted or not (RFC 9110 §8.3.1).
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)"?/i;
-// RFC 3986's host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port; empty is allowed (RFC 9112 §3.2).
-const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::\d*)?$/;
+// RFC 3986's host (a name, an IPv4 address, or a bracketed IP literal: IPv6, with
+// a zone (RFC 6874), or IPvFuture) and an optional port; empty is allowed (RFC 9112 §3.2).
+const HOST = /^(?:\[[0-9A-Za-z\-._~%!$&'()*+,;=:]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::\d*)?$/;
 
 /** Whether a request's Host is one line with a host in it. */
 function isOneHost(host: string, rawHeaders: string[]): boolean {
@@ -259,22 +267,26 @@ function requestIdOf(req: IncomingMessage & { [REQUEST_ID]?: string }): string {
   return (req[REQUEST_ID] = typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID());
 }
 
+/** Marks a socket whose bytes the HTTP parser has refused and whose refusal is on its way. */
+const REFUSED = Symbol("refused");
+
 /** The answer the socket is writing or will write next, Node's own record of it. */
 const answerOnTheWay = (socket: Duplex) => (socket as { _httpMessage?: ServerResponse })._httpMessage;
 
 /**
- * Runs `then` once every answer owed on the socket has gone out: Node hands
- * the socket to a pipelined request's answer when the one before finishes.
+ * Runs `then` once every answer owed on the socket before `refused`'s has
+ * gone out (every one, without it): Node hands the socket to a pipelined
+ * request's answer when the one before finishes.
  */
-function afterAnswersOnTheWay(socket: Duplex, then: () => void): void {
+function afterAnswersBefore(refused: IncomingMessage | undefined, socket: Duplex, then: () => void): void {
   if (!socket.writable) return void socket.destroy();
   const owed = answerOnTheWay(socket);
-  if (!owed || owed.writableFinished) return then();
+  if (!owed || owed.req === refused) return then();
   let settled = false;
   const next = () => {
     if (settled) return;
     settled = true;
-    afterAnswersOnTheWay(socket, then);
+    afterAnswersBefore(refused, socket, then);
   };
   owed.once("finish", next);
   owed.once("close", next);

@@ -77,7 +77,10 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
     };
 
     stream.on("response", (h) => (headers = h));
+    // Set once an answer cannot be read: what still arrives is not parsed.
+    let unreadable = false;
     stream.on("data", (chunk: Buffer) => {
+      if (unreadable) return;
       inbox.push(chunk);
       for (let head = inbox.head(); head; head = inbox.head()) {
         const body = inbox.take(head);
@@ -87,6 +90,7 @@ export function createBatchStreamClient(session: () => http2.ClientHttp2Session)
           if (head.compressed) throw new Error("a compressed message");
           message = fromBinary(BatchesResponseSchema, body);
         } catch (err) {
+          unreadable = true;
           inbox.clear();
           stream.close();
           return failAll(new ConnectError(`the batch stream's answer cannot be read: ${(err as Error).message}`, Code.Unavailable));

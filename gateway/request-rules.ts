@@ -61,7 +61,8 @@ export const unknownField = (path: string) => `Unknown field ${quoted(path)}`;
  */
 export function quoted(name: string): string {
   if (name.length <= 100) return name;
-  return `${Array.from(name).slice(0, 100).join("")}…`;
+  const characters = Array.from(name);
+  return characters.length <= 100 ? name : `${characters.slice(0, 100).join("")}…`;
 }
 
 /** The words for JSON's shape, which are the gateway's wherever it judges. */

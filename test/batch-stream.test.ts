@@ -401,10 +401,13 @@ describe("messages that cannot be read, and messages in many small frames", () =
     });
     const body = Buffer.concat(chunks);
     const ids: number[] = [];
+    const cases: string[] = [];
     for (let at = 0; at < body.length; at += 5 + body.readUInt32BE(at + 1)) {
-      ids.push(fromBinary(BatchesResponseSchema, body.subarray(at + 5, at + 5 + body.readUInt32BE(at + 1))).id);
+      const answer = fromBinary(BatchesResponseSchema, body.subarray(at + 5, at + 5 + body.readUInt32BE(at + 1)));
+      ids.push(answer.id);
+      cases.push(answer.answer.case ?? "");
     }
-    return { ids, status: trailers["grpc-status"], message: trailers["grpc-message"] };
+    return { ids, cases, status: trailers["grpc-status"], message: trailers["grpc-message"] };
   }
 
   it.each([
@@ -425,8 +428,8 @@ describe("messages that cannot be read, and messages in many small frames", () =
       await new Promise((resolve) => setTimeout(resolve, 100));
       release();
       // Both creates made their links: their callers hear so, and only then of the bad message.
-      const { ids, status, message } = await outcome;
-      expect({ ids, status }).toEqual({ ids: [1, 2], status: String(Code.InvalidArgument) });
+      const { ids, cases, status, message } = await outcome;
+      expect({ ids, cases, status }).toEqual({ ids: [1, 2], cases: ["createLinks", "createLinks"], status: String(Code.InvalidArgument) });
       // Percent-encoded as gRPC's spec says (grpc-js shows connect's "%3A" as it is).
       if (!viaAdapter) expect(message).toMatch(/^a message cannot be decoded: \S/);
     } finally {

@@ -324,6 +324,7 @@ describe("validation (400 naming the field)", () => {
     ["data.redirectUrl (camelCase)", (b) => (b.data.redirectUrl = "https://x.test"), "Unknown field data.redirectUrl"],
     // a made-up name is repeated only so far: a 60 KB one had come back whole
     ["a 5,000-character field name", (b) => (b.data["€".repeat(5_000)] = 1), `Unknown field data.${"€".repeat(95)}…`],
+    ["a name of 60 emoji (120 UTF-16 units, 60 characters): whole", (b) => (b.data["😀".repeat(60)] = 1), `Unknown field data.${"😀".repeat(60)}`],
   ];
   it.each(cases)("%s", async (_name, edit, message) => {
     const res = await post(body(edit));

@@ -210,12 +210,12 @@ describe("REST", () => {
     expect(pay.status).toBe(415);
   });
 
-  it.each(["latin1", "ISO-8859-1", '"utf-16"', ""])("refuses a JSON body declared in charset=%s with 415, and takes utf-8 however it is spelt", async (charset) => {
+  it.each(["latin1", "ISO-8859-1", '"utf-16"', ""])("refuses a JSON body declared in charset=%s with 415, and takes utf-8 however it is spelt, and us-ascii (a part of it)", async (charset) => {
     const res = await api(stack, "POST", "/v1/links", { body: validLink(), headers: { "content-type": `application/json; charset=${charset}` } });
     expect(res).toMatchObject({ status: 415, body: { error: "Content-Type charset must be utf-8" } });
     const pay = await api(stack, "POST", "/link/lnk-x/pay", { clientId: null, body: {}, headers: { "content-type": `application/json;charset=${charset}` } });
     expect(pay).toMatchObject({ status: 415, body: { error: "Content-Type charset must be utf-8" } });
-    for (const utf8 of ["utf-8", "UTF-8", '"utf-8"', "utf8"]) {
+    for (const utf8 of ["utf-8", "UTF-8", '"utf-8"', "utf8", "us-ascii"]) {
       const ok = await api(stack, "POST", "/v1/links", { body: validLink(), headers: { "content-type": `application/json; charset=${utf8}` } });
       expect(ok.status, utf8).toBe(201);
     }

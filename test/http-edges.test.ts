@@ -680,6 +680,54 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     expect(answered).toEqual(listed);
   });
 
+  it("refuses a malformed chunk of a request's own body at once, alone or after a pipelined create whose answer goes first", async () => {
+    const auth = rawHeaders(await stack.merchantHeaders("client-a"));
+    const chunked = (path: string, chunks: string) =>
+      `POST ${path} HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${chunks}`;
+    for (const bad of [chunked("/link/lnk-x/pay", "nothex\r\n\r\n"), chunked("/v1/links", '5\r\n{"a":\r\nZZ\r\n')]) {
+      const started = performance.now();
+      expectRefusal(await rawRequest(bad), "HTTP/1.1 400 Bad Request", "Malformed HTTP request");
+      // Its route waits for that body: waiting for its answer had held the refusal to the 30 s request timeout (a 408).
+      expect(performance.now() - started).toBeLessThan(5_000);
+    }
+    const body = JSON.stringify(validLink());
+    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const raw = await rawRequest(create + chunked("/v1/links", "nothex\r\n\r\n"));
+    expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 201 Created", "HTTP/1.1 400 Bad Request"]);
+  });
+
+  it("answers once however many chunks follow the refused bytes, after the answer owed before them", async () => {
+    const { port } = new URL(stack.gatewayUrl);
+    const body = JSON.stringify(validLink());
+    const auth = rawHeaders(await stack.merchantHeaders("client-a"));
+    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.name);
+    process.on("warning", onWarning);
+    try {
+      const raw = await new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(port), "127.0.0.1", async () => {
+          // The create's answer is still on its way while the parser refuses chunk after chunk.
+          socket.write(create + "XXXX\r\n\r\n");
+          for (let i = 0; i < 16 && !socket.destroyed; i++) {
+            socket.write("more garbage\r\n");
+            await new Promise((r) => setImmediate(r));
+          }
+        });
+        let answer = "";
+        socket.on("data", (chunk) => (answer += chunk));
+        socket.on("close", () => resolve(answer));
+        socket.on("error", () => resolve(answer));
+        setTimeout(() => reject(new Error("no close")), 5_000).unref();
+      });
+      expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 201 Created", "HTTP/1.1 501 Not Implemented"]);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings).not.toContain("MaxListenersExceededWarning");
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
+
   it("refuses two Host lines, a Host that names no host, and a fragment in the request target (RFC 9112 §3.2)", async () => {
     const auth = rawHeaders(await stack.merchantHeaders("client-a"));
     for (const [head, error] of [
@@ -692,7 +740,7 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
       const res = parse(await rawRequest(head));
       expect({ statusLine: res.statusLine, body: res.body }, head).toEqual({ statusLine: "HTTP/1.1 400 Bad Request", body: { error } });
     }
-    for (const host of ["x", "127.0.0.1:8080", "[::1]:8080", "shop.example", ""]) {
+    for (const host of ["x", "127.0.0.1:8080", "[::1]:8080", "[fe80::1%25eth0]:8080", "[v1.fe]", "SHOP.EXAMPLE.", "svc.ns.svc.cluster.local:8080", ""]) {
       const res = parse(await rawRequest(`GET /v1/links?limit=1 HTTP/1.1\r\nHost: ${host}\r\n${auth}Connection: close\r\n\r\n`));
       expect(res.statusLine, host).toBe("HTTP/1.1 200 OK");
     }

@@ -31,13 +31,19 @@ function runScript(script: string): Promise<{ code: number | null; stdout: strin
     let stderr = "";
     child.stdout.on("data", (chunk: Buffer) => (stdout += chunk));
     child.stderr.on("data", (chunk: Buffer) => (stderr += chunk));
-    child.on("error", reject);
-    child.on("exit", (code) => {
+    const killGroup = () => {
       try {
         process.kill(-child.pid!, "SIGTERM");
       } catch {
         // the group is gone already
       }
+    };
+    // The block waits for the delivery: a webhook that never comes must not leave it looping after the test.
+    const limit = setTimeout(killGroup, 40_000);
+    child.on("error", reject);
+    child.on("exit", (code) => {
+      clearTimeout(limit);
+      killGroup();
       // The receiver's last words (its pipe) may come after bash's exit.
       setTimeout(() => resolve({ code, stdout, stderr }), 200);
     });
