@@ -164,9 +164,14 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // The same section refuses two Host lines (Node keeps the first) and a
     // value that is no host; a request target holds no fragment (§3.2, and
     // the router read "#limit=1" as a query).
-    if ((req.headers.host !== undefined && !isOneHost(req.headers.host, req.raw.rawHeaders)) || req.raw.url!.includes("#")) {
+    const refusal = req.raw.url!.includes("#")
+      ? "Malformed request URL"
+      : req.headers.host !== undefined && !isOneHost(req.headers.host, req.raw.rawHeaders)
+        ? "Host header is invalid"
+        : undefined;
+    if (refusal) {
       reply.header("cache-control", "no-store").header("connection", "close");
-      throw badRequest(req.raw.url!.includes("#") ? "Malformed request URL" : "Host header is invalid");
+      throw badRequest(refusal);
     }
     // Before anything reads the body: Fastify's 404 route parses one like
     // any other, and a bad one had answered 400, 413 or 415 for a path that

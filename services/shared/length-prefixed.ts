@@ -7,9 +7,9 @@
 // answer in 16 KB frames was half a gigabyte of copies in the gateway).
 
 /** The flag byte and 4-byte length before each message. */
-export const PREFIX_BYTES = 5;
+const PREFIX_BYTES = 5;
 
-export interface MessageHead {
+interface MessageHead {
   compressed: boolean;
   size: number;
 }
