@@ -12,6 +12,7 @@ import { answerFor, badRequest, INVALID_JSON } from "./errors.js";
 import { authenticationFirst } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { drainGently } from "./drain.js";
+import { runPipelinedInTurn } from "./pipelining.js";
 import { registerOpenApi } from "./openapi.js";
 import { AJV_OPTIONS, describeSchemaError } from "./request-rules.js";
 import { probes } from "./probes.js";
@@ -129,6 +130,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     },
   });
   drainGently(app.server);
+  runPipelinedInTurn(app.server);
   // A client that sends its request and then closes its side (FIN) is still
   // reading: Node's default aborted every request on the connection, and a
   // create or pay went through with its answer never sent.

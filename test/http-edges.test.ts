@@ -13,7 +13,7 @@ import { type LinksServerOptions, startLinksServer } from "../services/links/ser
 import { testClock } from "./support/clock.js";
 import { createDatabase } from "./support/database.js";
 import { freePort, waitFor } from "./support/nats.js";
-import { api, type Stack, startStack, validLink } from "./support/stack.js";
+import { api, RUN_AUTH, type Stack, startStack, validLink } from "./support/stack.js";
 
 const silent = pino({ level: "silent" });
 const JSON_TYPE = "application/json; charset=utf-8";
@@ -654,6 +654,33 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     }
   });
 
+  // A drain answers each request with Connection: close; a create pipelined behind one had been made, its answer lost.
+  it("runs no request pipelined behind a draining gateway's answer: the create is not made", async () => {
+    const gateway = await startGateway({ linksUrl: stack.linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: RUN_AUTH, logger: silent });
+    const clientId = `client-drain-${randomUUID()}`;
+    const body = JSON.stringify(validLink());
+    const auth = rawHeaders(await stack.merchantHeaders(clientId));
+    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const socket = net.connect(gateway.port, "127.0.0.1");
+    let raw = "";
+    socket.on("data", (chunk) => (raw += chunk));
+    const ended = new Promise((resolve) => socket.on("close", resolve));
+    try {
+      await new Promise((resolve) => socket.once("connect", resolve));
+      const closed = gateway.close();
+      // A first request that waits on the LinkService, as the create behind it would.
+      socket.write(`GET /v1/links HTTP/1.1\r\nHost: x\r\n${auth}\r\n${create}`);
+      await ended;
+      await closed;
+      expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK"]);
+      expect(raw.toLowerCase()).toContain("\r\nconnection: close\r\n");
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
+    } finally {
+      socket.destroy();
+    }
+  });
+
   it("never gives a malformed pipelined request's 400 the id of the request before it", async () => {
     const raw = await rawRequest(
       // The first one's answer still on its way (a LinkService call) when the parser meets the second.
@@ -726,6 +753,36 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     } finally {
       process.off("warning", onWarning);
     }
+  });
+
+  it.each([
+    ["an Expect it cannot meet", "GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\n\r\n", "HTTP/1.1 417 Expectation Failed"],
+    ["no Host", "GET /healthz HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request"],
+    ["two Host lines", "GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "HTTP/1.1 400 Bad Request"],
+    ["a fragment in the target", "GET /healthz#x HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400 Bad Request"],
+  ])("runs no pipelined request behind an answer that closes the connection (%s): a create there is not made, where its answer was lost", async (_name, first, refusal) => {
+    const clientId = `client-pipelined-${randomUUID()}`;
+    const body = JSON.stringify(validLink());
+    const auth = rawHeaders(await stack.merchantHeaders(clientId));
+    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const raw = await rawRequest(first + create);
+    expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual([refusal]);
+    // Had it run, its link would be listed by now (the answer above came after the create's turn).
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
+  });
+
+  it("answers pipelined requests in order, each run in its turn", async () => {
+    const clientId = `client-pipelined-${randomUUID()}`;
+    const body = JSON.stringify(validLink());
+    const auth = rawHeaders(await stack.merchantHeaders(clientId));
+    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const list = `GET /v1/links HTTP/1.1\r\nHost: x\r\n${auth}\r\n`;
+    const raw = await rawRequest(create + list + create + list + `GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 201 Created", "HTTP/1.1 200 OK", "HTTP/1.1 201 Created", "HTTP/1.1 200 OK", "HTTP/1.1 200 OK"]);
+    // Each list ran after the create before it had answered.
+    const lists = [...raw.matchAll(/{"data":\[.*?\],"has_more"/g)].map((m) => (m[0].match(/"id":"lnk-/g) ?? []).length);
+    expect(lists).toEqual([1, 2]);
   });
 
   it("refuses two Host lines, a Host that names no host, and a fragment in the request target (RFC 9112 §3.2)", async () => {
