@@ -1,6 +1,7 @@
 // A customer in a real browser: Debian's Chromium driven by playwright-core
 // (never a downloaded browser) against the started gateway and service.
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { eq } from "drizzle-orm";
@@ -10,6 +11,7 @@ import { payments } from "../services/links/schema.js";
 import { api, type Stack, startStack } from "./support/stack.js";
 
 const ARTIFACTS = "test-artifacts";
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 const CHECKOUT_HOST = "checkout.test";
 
 let stack: Stack;
@@ -900,4 +902,62 @@ it("renders the API docs page under its Content-Security-Policy, with nothing re
   expect(problems).toEqual([]);
   expect([...hosts]).toEqual([new URL(stack.gatewayUrl).host]);
   await close();
+});
+
+/** axe-core's WCAG 2.2 A and AA rules, run in the page as it stands: each violation by rule, with the elements it names. */
+async function accessibilityViolations(page: Page) {
+  await page.evaluate(AXE_SOURCE);
+  return page.evaluate(async () => {
+    const { violations } = await (window as unknown as { axe: typeof import("axe-core") }).axe.run(document, {
+      runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa"] },
+    });
+    return violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
+  });
+}
+
+it("passes axe-core's WCAG 2.2 A and AA checks in each state a customer meets, on a desktop and a phone", async () => {
+  const checked: string[] = [];
+  const audit = async (page: Page, state: string) => {
+    expect(await accessibilityViolations(page), state).toEqual([]);
+    checked.push(state);
+  };
+  for (const device of [{}, { viewport: { width: 375, height: 740 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true }]) {
+    const link = await createLink({
+      description: "Order #3101",
+      items: [{ name: "House blend, 1 kg", quantity: 2, amount: 21.25 }],
+      customer: { name: "Ada Lovelace", email: "ada@example.com" },
+      cancel_url: `${merchantUrl}/cart`,
+    });
+    const { page, problems, close } = await newPage(device);
+    await page.goto(link.url);
+    await audit(page, "the form");
+    // A number that fails its check digit: the field's error and the live region.
+    await page.getByLabel("Card number").fill("4242 4242 4242 4241");
+    await page.getByLabel("Expiry date").fill(`12/${yy}`);
+    await page.getByLabel("Security code (CVC)").fill("123");
+    await page.locator("button.pay").click();
+    await expect.poll(() => page.getByRole("status").innerText()).toContain("card number is not valid");
+    await audit(page, "a field refused");
+    // The processor's decline, announced.
+    await page.getByLabel("Card number").fill("4000 0000 0000 0002");
+    await page.locator("button.pay").click();
+    await expect.poll(() => page.getByRole("status").innerText()).toContain("Card was declined");
+    await audit(page, "a decline");
+    await page.getByLabel("Bank transfer").check();
+    await audit(page, "bank transfer chosen");
+    await page.locator("button.pay").click();
+    await expect.poll(() => page.getByRole("heading", { name: "Payment complete" }).isVisible()).toBe(true);
+    await audit(page, "paid");
+    expect((await page.goto(link.url))!.status()).toBe(409);
+    await audit(page, "used (409)");
+    const expired = await createLink({ description: "Too late" });
+    await api(stack, "POST", `/v1/links/${expired.id}/expire`);
+    expect((await page.goto(expired.url))!.status()).toBe(410);
+    await audit(page, "expired (410)");
+    expect((await page.goto(`http://${CHECKOUT_HOST}/link/lnk-unknown`))!.status()).toBe(404);
+    await audit(page, "unknown (404)");
+    expect(problems).toEqual([]);
+    await close();
+  }
+  expect(checked).toHaveLength(16);
 });
