@@ -364,6 +364,24 @@ describe.each(transports)("connect-es over %s", (_protocol, transport) => {
     expect((await client.createLink({ ...request(), idempotencyKey: "k" }, as(clientId))).replayed).toBe(false);
   });
 
+  it("refuses idempotency-key metadata that the request's idempotency_key does not repeat: the call would run without the key its caller meant", async () => {
+    const clientId = `client-key-metadata-${_protocol}`;
+    const withKey = (key: string) => ({ headers: { ...as(clientId).headers, "idempotency-key": key } });
+    const refused = { code: Code.InvalidArgument, message: "idempotency-key metadata is not read: set the request's idempotency_key field", reason: undefined };
+    expect(await failure(client.createLink(request(), withKey("order-1")))).toEqual(refused);
+    expect(await failure(client.createLink({ ...request(), idempotencyKey: "order-2" }, withKey("order-1")))).toEqual(refused);
+    expect(await failure(client.batchCreateLinks({ items: [{ request: { ...request(), idempotencyKey: "order-1" } }] }, withKey("order-1")))).toEqual(refused);
+    expect((await client.listLinks({}, as(clientId))).links).toEqual([]);
+    // The same key in both is the key.
+    const { link } = await client.createLink({ ...request(), idempotencyKey: "order-1" }, withKey("order-1"));
+    expect((await client.createLink({ ...request(), idempotencyKey: "order-1" }, as(clientId))).link!.id).toBe(link!.id);
+    const pay = { linkId: link!.id, paymentMethod: PaymentMethod.BANK_TRANSFER };
+    expect(await failure(client.completePayment(pay, withKey("pay-1")))).toEqual(refused);
+    expect(await failure(client.getCheckout({ linkId: link!.id }, withKey("pay-1")))).toEqual(refused);
+    expect((await client.getLink({ id: link!.id }, as(clientId))).link!.status).toBe(LinkStatus.CREATED);
+    expect((await client.completePayment({ ...pay, idempotencyKey: "pay-1" }, withKey("pay-1"))).paymentId).toMatch(/^pay-/);
+  });
+
   it("GetLink: NotFound, PermissionDenied; used and expired links come back with their status", async () => {
     const { link } = await client.createLink(request({ expiresIn: 120 }), as("client-connect"));
     const id = link!.id;

@@ -28,7 +28,7 @@ import { enqueue } from "./outbox.js";
 import * as store from "./store.js";
 import { paidWithKey } from "./payment-keys.js";
 import { type Authenticator, callerOf } from "./auth.js";
-import { MAX_LINK_TEXT_BYTES, textBytes, validateCreateLink, validateIdempotencyKey, validateListLinks } from "./validate.js";
+import { keyInMetadataAgrees, MAX_LINK_TEXT_BYTES, textBytes, validateCreateLink, validateIdempotencyKey, validateListLinks } from "./validate.js";
 
 export interface LinkServiceDeps {
   db: Db;
@@ -165,7 +165,10 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
   }
 
   return {
-    createLink: (req, ctx) => createOne(callerOf(ctx), req, ctx.signal),
+    async createLink(req, ctx) {
+      keyInMetadataAgrees(ctx.requestHeader, req.idempotencyKey);
+      return createOne(callerOf(ctx), req, ctx.signal);
+    },
 
     getLink: (req, ctx) => getOne(callerOf(ctx), req.id),
 
@@ -181,6 +184,8 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
     },
 
     async batchCreateLinks(req, ctx) {
+      // Each item has a key of its own.
+      keyInMetadataAgrees(ctx.requestHeader, undefined);
       return {
         results: await eachItem("BatchCreateLinks", req.items, (clientId, item) => {
           if (!item.request) throw invalid("request is required");
@@ -229,8 +234,9 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       throw linkStateError(statusAt(current, now)) ?? linkExpired();
     },
 
-    async getCheckout(req) {
+    async getCheckout(req, ctx) {
       // Refused before anything is read, as every bad input is.
+      keyInMetadataAgrees(ctx.requestHeader, req.idempotencyKey);
       if (req.idempotencyKey !== undefined) validateIdempotencyKey(req.idempotencyKey);
       const row = await batched.findLink(req.linkId);
       if (!row) throw linkNotFound();
@@ -240,7 +246,10 @@ export function createLinkService(deps: LinkServiceDeps): ServiceImpl<typeof Lin
       return { checkout, payment: await paidWithKey(db, req.linkId, req.idempotencyKey) };
     },
 
-    completePayment: (req, ctx) => deps.payments.complete(req, ctx.signal),
+    async completePayment(req, ctx) {
+      keyInMetadataAgrees(ctx.requestHeader, req.idempotencyKey);
+      return deps.payments.complete(req, ctx.signal);
+    },
 
     ...createLinkEvents({ ...deps, callersLink: (id, ctx) => ownLink(id, callerOf(ctx)) }),
     getCaller: (_req, ctx) => ({ clientId: callerOf(ctx) }),

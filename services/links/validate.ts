@@ -168,6 +168,17 @@ export function validateIdempotencyKey(key: string): void {
   noNul("Idempotency-Key", key);
 }
 
+/**
+ * The key is a request field. One sent as `idempotency-key` metadata too (as
+ * over REST, or by a proxy that passes HTTP headers on) must say the same:
+ * a call run without the key its caller meant could make a second link or
+ * a second payment.
+ */
+export function keyInMetadataAgrees(header: Headers, field: string | undefined): void {
+  const sent = header.get("idempotency-key");
+  if (sent !== null && sent !== field) throw invalid("idempotency-key metadata is not read: set the request's idempotency_key field");
+}
+
 export interface ListQuery {
   limit: number;
   startingAfter: string | undefined;

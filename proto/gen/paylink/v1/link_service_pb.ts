@@ -303,6 +303,8 @@ export type CreateLinkRequest = Message<"paylink.v1.CreateLinkRequest"> & {
    * request gets the first answer back, with replayed set. 1 to 255
    * characters, no control characters. A key belongs to its caller (another
    * client's same key is another key) and is kept 24 hours from its first use.
+   * Read from this field only: idempotency-key metadata that does not repeat
+   * it is INVALID_ARGUMENT, not a key.
    *
    * @generated from field: optional string idempotency_key = 5;
    */
@@ -494,7 +496,8 @@ export type GetCheckoutRequest = Message<"paylink.v1.GetCheckoutRequest"> & {
   /**
    * The key of the customer's own pay attempt (CompletePaymentRequest's
    * idempotency_key), for a checkout that lost that attempt's answer: when
-   * the attempt paid the link, the response carries its answer.
+   * the attempt paid the link, the response carries its answer. Read from
+   * this field only, as CreateLinkRequest's.
    *
    * @generated from field: optional string idempotency_key = 2;
    */
@@ -648,6 +651,7 @@ export type CompletePaymentRequest = Message<"paylink.v1.CompletePaymentRequest"
    * characters, scoped to the link. A retry of an attempt that succeeded
    * gets its answer again, with replayed set, never LINK_USED; the same key
    * with another request is FAILED_PRECONDITION IDEMPOTENCY_KEY_REUSED.
+   * Read from this field only, as CreateLinkRequest's.
    *
    * @generated from field: optional string idempotency_key = 4;
    */
