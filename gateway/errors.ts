@@ -2,6 +2,7 @@
 // Our ErrorInfo reasons decide before codes (Unauthenticated, which carries
 // a header of its own, aside). Messages of client errors come from the
 // LinkService, which owns them; anything unexpected is a bare 500.
+import { STATUS_CODES } from "node:http";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyBaseLogger } from "fastify";
 import { ErrorInfoSchema } from "../proto/gen/google/rpc/error_details_pb.js";
@@ -56,6 +57,15 @@ const BY_FASTIFY_CODE: Record<string, HttpError> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, message: "Invalid Content-Length" },
 };
 
+// Refusals that say nothing but their status's name ("Forbidden"): the docs'
+// static files' (@fastify/static, through `send`), for a path that climbs out
+// of their folder and for one that holds a NUL, in the words every other such
+// path gets.
+const BY_BARE_STATUS: Record<number, HttpError> = {
+  400: { status: 400, message: "Malformed request URL" },
+  403: { status: 404, message: "Not found" },
+};
+
 /** The HTTP answer for any error a request met, or undefined for a fault to log as a 500. */
 export function httpErrorOf(err: unknown): HttpError | undefined {
   if (err instanceof ConnectError) return httpErrorFromRpc(err);
@@ -63,7 +73,8 @@ export function httpErrorOf(err: unknown): HttpError | undefined {
   if (typeof code === "string" && BY_FASTIFY_CODE[code]) return BY_FASTIFY_CODE[code];
   const status = (err as { statusCode?: unknown })?.statusCode;
   if (typeof status === "number" && status >= 400 && status < 500) {
-    return { status, message: (err as Error).message };
+    const message = (err as Error).message;
+    return (message === STATUS_CODES[status] && BY_BARE_STATUS[status]) || { status, message };
   }
   return undefined;
 }

@@ -2,6 +2,7 @@
 // route schemas) lints clean with a standard linter, names every route, and
 // /docs works offline. That every answer matches it is checked by api().
 import { execFile } from "node:child_process";
+import http from "node:http";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -143,5 +144,26 @@ describe("/docs", () => {
     expect(res.status).toBe(405);
     expect(res.headers.get("allow")).toBe("GET, HEAD");
     expect(await res.json()).toEqual({ error: "Method not allowed" });
+  });
+});
+
+describe("/docs/static", () => {
+  // The static files' own refusals had said only "Forbidden" and "Bad Request".
+  it.each([
+    ["/docs/static/../../package.json", 404, "Not found"],
+    ["/docs/static/..%5c..%5cpackage.json", 404, "Not found"],
+    ["/docs/static/a%00b.js", 400, "Malformed request URL"],
+  ])("answers %s, which names no file of the docs, in the contract's words", async (path, status, error) => {
+    // node:http sends the path as given; fetch would resolve the dots first.
+    const { port } = new URL(stack.gatewayUrl);
+    const res = await new Promise<{ status: number; body: string }>((resolve, reject) =>
+      http
+        .get({ host: "127.0.0.1", port, path }, (answer) => {
+          let body = "";
+          answer.on("data", (chunk) => (body += chunk)).on("end", () => resolve({ status: answer.statusCode!, body }));
+        })
+        .on("error", reject),
+    );
+    expect([res.status, JSON.parse(res.body)]).toEqual([status, { error }]);
   });
 });
