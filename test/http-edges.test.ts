@@ -441,6 +441,11 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
   };
   /** Headers as they go on the wire, each line ended. */
   const rawHeaders = (headers: Record<string, string>) => Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("");
+  /** A create as it goes on the wire, under the client's own headers (`rawHeaders` of them). */
+  const rawCreate = (auth: string) => {
+    const body = JSON.stringify(validLink());
+    return `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+  };
   /** An answer in the contract's shape, made outside the routes. */
   const expectRefusal = (raw: string, statusLine: string, error: string) => {
     const res = parse(raw);
@@ -492,11 +497,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
         socket.on("end", () => resolve(answer));
         socket.on("error", reject);
       });
-    const body = JSON.stringify(validLink());
     const auth = rawHeaders(await stack.merchantHeaders("client-fin"));
-    const created = await halfClosed(
-      `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-    );
+    const created = await halfClosed(rawCreate(auth));
     expect(created.split("\r\n")[0]).toBe("HTTP/1.1 201 Created");
     const id = JSON.parse(created.split("\r\n\r\n")[1]!).id as string;
     const get = `GET /v1/links/${id} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`;
@@ -658,9 +660,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
   it("runs no request pipelined behind a draining gateway's answer: the create is not made", async () => {
     const gateway = await startGateway({ linksUrl: stack.linksUrl, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: RUN_AUTH, logger: silent });
     const clientId = `client-drain-${randomUUID()}`;
-    const body = JSON.stringify(validLink());
     const auth = rawHeaders(await stack.merchantHeaders(clientId));
-    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const create = rawCreate(auth);
     const socket = net.connect(gateway.port, "127.0.0.1");
     let raw = "";
     socket.on("data", (chunk) => (raw += chunk));
@@ -697,9 +698,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     ["a header line without a colon", "GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", "HTTP/1.1 400 Bad Request"],
   ])("answers pipelined creates before it refuses what follows them (%s): each create made is told so", async (_name, after, refusal) => {
     const clientId = `client-pipelined-${randomUUID()}`;
-    const body = JSON.stringify(validLink());
     const auth = rawHeaders(await stack.merchantHeaders(clientId));
-    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const create = rawCreate(auth);
     const raw = await rawRequest(create + create + after);
     expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 201 Created", "HTTP/1.1 201 Created", refusal]);
     const answered = [...raw.matchAll(/"id":"(lnk-[^"]+)"/g)].map((m) => m[1]).sort();
@@ -717,17 +717,14 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
       // Its route waits for that body: waiting for its answer had held the refusal to the 30 s request timeout (a 408).
       expect(performance.now() - started).toBeLessThan(5_000);
     }
-    const body = JSON.stringify(validLink());
-    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
-    const raw = await rawRequest(create + chunked("/v1/links", "nothex\r\n\r\n"));
+    const raw = await rawRequest(rawCreate(auth) + chunked("/v1/links", "nothex\r\n\r\n"));
     expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 201 Created", "HTTP/1.1 400 Bad Request"]);
   });
 
   it("answers once however many chunks follow the refused bytes, after the answer owed before them", async () => {
     const { port } = new URL(stack.gatewayUrl);
-    const body = JSON.stringify(validLink());
     const auth = rawHeaders(await stack.merchantHeaders("client-a"));
-    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const create = rawCreate(auth);
     const warnings: string[] = [];
     const onWarning = (warning: Error) => warnings.push(warning.name);
     process.on("warning", onWarning);
@@ -762,9 +759,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     ["a fragment in the target", "GET /healthz#x HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400 Bad Request"],
   ])("runs no pipelined request behind an answer that closes the connection (%s): a create there is not made, where its answer was lost", async (_name, first, refusal) => {
     const clientId = `client-pipelined-${randomUUID()}`;
-    const body = JSON.stringify(validLink());
     const auth = rawHeaders(await stack.merchantHeaders(clientId));
-    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const create = rawCreate(auth);
     const raw = await rawRequest(first + create);
     expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual([refusal]);
     // Had it run, its link would be listed by now (the answer above came after the create's turn).
@@ -774,9 +770,8 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
 
   it("answers pipelined requests in order, each run in its turn", async () => {
     const clientId = `client-pipelined-${randomUUID()}`;
-    const body = JSON.stringify(validLink());
     const auth = rawHeaders(await stack.merchantHeaders(clientId));
-    const create = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const create = rawCreate(auth);
     const list = `GET /v1/links HTTP/1.1\r\nHost: x\r\n${auth}\r\n`;
     const raw = await rawRequest(create + list + create + list + `GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
     expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 201 Created", "HTTP/1.1 200 OK", "HTTP/1.1 201 Created", "HTTP/1.1 200 OK", "HTTP/1.1 200 OK"]);
