@@ -135,6 +135,10 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   // reading: Node's default aborted every request on the connection, and a
   // create or pay went through with its answer never sent.
   (app.server as typeof app.server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+  // Node keeps a request's first 2,000 header lines and drops the rest
+  // unseen: a Client-Id after them was "required", and a second Host line
+  // passed. The 16 KiB head cap is the bound.
+  app.server.maxHeadersCount = 0;
   // Node answers an Expect other than 100-continue itself (417, no body) and
   // closes a CONNECT without a word, unless told otherwise.
   app.server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
@@ -143,7 +147,11 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
   app.server.on("connect", (req: IncomingMessage, socket: Duplex) => {
     socket.on("error", () => {});
-    answerAndClose(socket, rawAnswer(refuseUnrouted(501, "Method not implemented", "CONNECT", req)));
+    // After the answers owed before it, as for bytes the parser refuses: a
+    // pay pipelined before a CONNECT had its payment made and its client
+    // read the 501 as its answer.
+    const answer = rawAnswer(refuseUnrouted(501, "Method not implemented", "CONNECT", req));
+    afterAnswersBefore(undefined, socket, () => answerAndClose(socket, answer));
   });
 
   // WebDAV and the other methods Node parses, so that a known path answers

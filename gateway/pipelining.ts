@@ -1,28 +1,50 @@
 // How the gateway's HTTP server runs pipelined requests: each in its turn.
 import type http from "node:http";
+import type { Duplex } from "node:stream";
 
 type RequestListener = (req: http.IncomingMessage, res: http.ServerResponse) => void;
 
+/** Node's record of an answer's unsent bytes, which decides when it stops reading a connection. */
+type Pending = http.ServerResponse & { _onPendingData(delta: number): void };
+
+/** How many requests may wait for their turn on one connection before Node stops reading it. */
+const WAITING_PER_CONNECTION = 16;
+
 /**
  * HTTP/1.1 answers pipelined requests in order, and Node runs each as soon
- * as it is parsed. So when an answer closed the connection (a drain's, or a
- * refusal of a request without Host), the requests behind it had run anyway:
- * a create made, a pay captured, and their answers had nowhere to go. Here a
- * request runs when its answer's turn comes (Node hands it the socket when
- * the one before has gone out). Behind an answer that closes, it never runs:
- * its client, with no answer, knows it was not processed, and may send it
- * again. A request with the connection to itself (nearly all) runs at once.
+ * as it is parsed. So when an answer closed the connection (a drain's, a 413
+ * for a body still arriving, a refusal of a request without Host), the
+ * requests behind it had run anyway: a create made, a pay captured, and
+ * their answers had nowhere to go. Here a request runs when its answer's
+ * turn comes (Node hands it the socket when the one before has gone out),
+ * and only if an answer can still go out on it. Behind an answer that closes,
+ * it never runs: its client, with no answer, knows it was not processed, and
+ * may send it again. A request with the connection to itself (nearly all)
+ * runs at once.
  */
 export function runPipelinedInTurn(server: http.Server): void {
   const listeners = server.listeners("request") as RequestListener[];
   server.removeAllListeners("request");
   const run: RequestListener = (req, res) => {
+    if (!answerable(res.socket!)) return;
     for (const listener of listeners) listener.call(server, req, res);
   };
   server.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
-    // Node queues an answer that has no socket yet behind the one before; if
-    // the connection closes first, it is never handed one, and this goes too.
-    if (res.socket) run(req, res);
-    else res.once("socket", () => run(req, res));
+    if (res.socket) return run(req, res);
+    // Node stops reading a connection once its answers hold a high-water
+    // mark of unsent bytes; a request waiting here has written nothing yet,
+    // so each counts as a share of that mark, or a client that pipelined
+    // without reading had its every request parsed and held (100,000 small
+    // GETs ran the gateway out of memory). If the connection closes first,
+    // the answer is never handed a socket, and all of it goes with it.
+    const share = Math.ceil(req.socket.writableHighWaterMark / WAITING_PER_CONNECTION);
+    (res as Pending)._onPendingData(share);
+    res.once("socket", () => {
+      (res as Pending)._onPendingData(-share);
+      run(req, res);
+    });
   });
 }
+
+/** Whether an answer written to the socket can still reach its client. */
+export const answerable = (socket: Duplex) => socket.writable && !socket.destroyed;

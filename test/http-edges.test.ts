@@ -768,6 +768,29 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
   });
 
+  it("answers a pay and a create pipelined before a CONNECT, then refuses the CONNECT: the payment made is told so", async () => {
+    const clientId = `client-pipelined-${randomUUID()}`;
+    const auth = rawHeaders(await stack.merchantHeaders(clientId));
+    const { id } = (await api(stack, "POST", "/v1/links", { clientId, body: validLink() })).body;
+    const payBody = JSON.stringify({ payment_method: "bank_transfer" });
+    const pay = `POST /link/${id}/pay HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${payBody.length}\r\n\r\n${payBody}`;
+    const raw = await rawRequest(pay + rawCreate(auth) + "CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n");
+    expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK", "HTTP/1.1 201 Created", "HTTP/1.1 501 Not Implemented"]);
+    expect((await api(stack, "GET", `/v1/links/${id}`, { clientId })).body).toEqual({ error: "Link has already been used" });
+    expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toHaveLength(2);
+  });
+
+  it("runs no request pipelined behind a 413 for a chunked body still arriving: the connection is closing", async () => {
+    const clientId = `client-pipelined-${randomUUID()}`;
+    const auth = rawHeaders(await stack.merchantHeaders(clientId));
+    const tooLarge = 70_000;
+    const pay = `POST /link/lnk-x/pay HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${tooLarge.toString(16)}\r\n${"z".repeat(tooLarge)}\r\n0\r\n\r\n`;
+    const raw = await rawRequest(`GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n${pay}${rawCreate(auth)}`);
+    expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK", "HTTP/1.1 413 Payload Too Large"]);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
+  });
+
   it("answers pipelined requests in order, each run in its turn", async () => {
     const clientId = `client-pipelined-${randomUUID()}`;
     const auth = rawHeaders(await stack.merchantHeaders(clientId));
@@ -778,6 +801,14 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     // Each list ran after the create before it had answered.
     const lists = [...raw.matchAll(/{"data":\[.*?\],"has_more"/g)].map((m) => (m[0].match(/"id":"lnk-/g) ?? []).length);
     expect(lists).toEqual([1, 2]);
+  });
+
+  it("reads every header line of a head within the 16 KiB cap, not Node's first 2,000 alone", async () => {
+    const filler = "a: b\r\n".repeat(2_000);
+    const auth = rawHeaders(await stack.merchantHeaders("client-a"));
+    expect(parse(await rawRequest(`GET /v1/links HTTP/1.1\r\nHost: x\r\n${filler}${auth}Connection: close\r\n\r\n`)).statusLine).toBe("HTTP/1.1 200 OK");
+    const twoHosts = parse(await rawRequest(`GET /v1/links HTTP/1.1\r\nHost: x\r\n${filler}Host: y\r\n${auth}Connection: close\r\n\r\n`));
+    expect([twoHosts.statusLine, twoHosts.body]).toEqual(["HTTP/1.1 400 Bad Request", { error: "Host header is invalid" }]);
   });
 
   it("refuses two Host lines, a Host that names no host, and a fragment in the request target (RFC 9112 §3.2)", async () => {
