@@ -3,7 +3,7 @@
 // neither decides nor delays the outcome, and is never read for long. And
 // what each kind of failure says, with and without its address.
 import http from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import net, { type AddressInfo, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { addressPolicy } from "../services/notifier/address-policy.js";
 import { createDeliverer, type Deliverer } from "../services/notifier/deliver.js";
@@ -244,5 +244,52 @@ describe("a request that gets no answer", () => {
       error: "10.1.2.3 is in the private range",
       category: "refused by the address policy: private",
     });
+  });
+});
+
+describe("a kept-alive connection the receiver closed while it sat idle", () => {
+  /** A receiver that answers each connection's first request and closes the connection on its second, unanswered. */
+  async function closesIdleConnections() {
+    const seen = { connections: 0, requests: 0 };
+    const server = net.createServer((socket) => {
+      seen.connections++;
+      let answered = 0;
+      socket.on("data", (chunk) => {
+        // Each request is one small write: its head and its short JSON body.
+        if (!chunk.includes("\r\n\r\n")) return;
+        seen.requests++;
+        if (answered++ === 0) socket.write("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nKeep-Alive: timeout=60\r\n\r\n");
+        else socket.destroy();
+      });
+      socket.on("error", () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, seen };
+  }
+
+  it("is sent once more, at once, on a new connection, where the reset had cost an attempt", async () => {
+    const r = await closesIdleConnections();
+    const d = deliverer();
+    expect(await d.deliver(hook(r.url))).toStrictEqual({ kind: "delivered", status: 200 });
+    // The second goes out on the kept-alive connection, which the receiver closes without an answer.
+    expect(await d.deliver(hook(r.url))).toStrictEqual({ kind: "delivered", status: 200 });
+    expect(r.seen).toEqual({ connections: 2, requests: 3 });
+  });
+
+  it("is not sent again when the connection was new: the receiver broke it, not an idle timeout", async () => {
+    let requests = 0;
+    const server = net.createServer((socket) => {
+      socket.on("data", () => {
+        requests++;
+        socket.destroy();
+      });
+      socket.on("error", () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const outcome = await deliverer().deliver(hook(`http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`));
+    expect(outcome).toMatchObject({ kind: "failed", category: "network error (ECONNRESET)" });
+    expect(requests).toBe(1);
   });
 });

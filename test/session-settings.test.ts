@@ -1,10 +1,11 @@
 // The LinkService's PostgreSQL sessions read timestamps in a form Date
 // parses, whatever DateStyle the database or role was given (a reviewer's
-// database with `SQL, DMY` answered every read 500 and never expired a link).
+// database with `SQL, DMY` answered every read 500 and never expired a link);
+// and a server without autovacuum is named at start.
 import { sql } from "drizzle-orm";
 import postgres from "postgres";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { createDb } from "../services/links/db.js";
+import { createDb, warnWithoutAutovacuum } from "../services/links/db.js";
 import { links } from "../services/links/schema.js";
 import { createDatabase } from "./support/database.js";
 
@@ -33,6 +34,21 @@ it("reads timestamps as dates on a database whose DateStyle is not ISO", async (
       VALUES ('lnk-01000000-0000-7000-8000-000000000000', 'datestyle', 'created', '{}'::jsonb, '{}'::jsonb, ${at.toISOString()}, ${at.toISOString()}, ${at.toISOString()})`);
     const [row] = await db.select().from(links).where(sql`client_id = 'datestyle'`);
     expect(row!.createdAt.getTime()).toBe(at.getTime());
+  } finally {
+    await close();
+  }
+});
+
+it("warns once at start when the server's autovacuum is off, and only then", async () => {
+  const { db, close } = createDb(database.url);
+  try {
+    const [{ autovacuum }] = (await db.execute<{ autovacuum: string }>(sql`SHOW autovacuum`)) as unknown as [{ autovacuum: string }];
+    const warnings: string[] = [];
+    await warnWithoutAutovacuum(db, { warn: (msg: string) => warnings.push(msg) } as never);
+    // This machine's PostgreSQL has it off (its CI configuration); a server with it on gets no line.
+    expect(warnings).toEqual(
+      autovacuum === "off" ? ["PostgreSQL's autovacuum is off: the dead rows of links, payments and the outbox are never reclaimed; set autovacuum = on"] : [],
+    );
   } finally {
     await close();
   }

@@ -6,7 +6,7 @@ import { topologyFor } from "../shared/jetstream.js";
 import { runMain } from "../shared/run-main.js";
 import { namePorts } from "../shared/startup-error.js";
 import { createCaptureRetrier } from "./captures.js";
-import { createDb, migrateDb } from "./db.js";
+import { createDb, migrateDb, warnWithoutAutovacuum } from "./db.js";
 import { nameDatabaseFailure } from "./db-errors.js";
 import { createLinksMetrics } from "./metrics.js";
 import { survivePostgresDriverBug } from "./driver-guard.js";
@@ -81,6 +81,7 @@ await runMain("links", async (config, logger) => {
     "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
   );
   if (!config.internalToken) logger.warn("INTERNAL_TOKEN is not set: the internal DeliveryService takes any caller (test only)");
+  await warnWithoutAutovacuum(db, logger);
 
   return {
     async close() {

@@ -151,30 +151,40 @@ export function createDeliverer(opts: DelivererOptions) {
         // The status is the receiver's answer even when its body breaks off.
         res.on("error", () => finish(answer()));
       };
-      let req: http.ClientRequest;
-      try {
-        req = client.request(
-          url,
-          { method: "POST", headers, agent: agents[protocol], lookup: opts.policy.lookup, maxHeaderSize: ANSWER_HEAD_MAX },
-          onResponse,
-        );
-      } catch (err) {
-        // A header Node will not send: no later attempt can do better.
-        finish({ kind: "refused", error: `cannot build the request: ${(err as Error).message}`, category: "cannot build the request" });
-        return;
-      }
+      let req: http.ClientRequest | undefined;
+      const send = (again: boolean) => {
+        try {
+          req = client.request(
+            url,
+            // Again on a socket of its own: the pool's other idle ones may be just as closed.
+            { method: "POST", headers, agent: again ? false : agents[protocol], lookup: opts.policy.lookup, maxHeaderSize: ANSWER_HEAD_MAX },
+            onResponse,
+          );
+        } catch (err) {
+          // A header Node will not send: no later attempt can do better.
+          clearTimeout(timer);
+          finish({ kind: "refused", error: `cannot build the request: ${(err as Error).message}`, category: "cannot build the request" });
+          return;
+        }
+        const sent = req;
+        sent.on("error", (err) => {
+          // A kept-alive socket the receiver closed while it sat idle, reset
+          // as we reused it, before any answer (Node's documented case): sent
+          // once more at once, where it had cost an attempt and its wait.
+          if (!again && !answered && !settled && sent.reusedSocket && (err as NodeJS.ErrnoException).code === "ECONNRESET") return send(true);
+          clearTimeout(timer);
+          // A status already in is the receiver's answer, even when the connection then breaks (a reset mid-body).
+          finish(answered?.() ?? failure(err));
+        });
+        sent.end(body);
+      };
       // The limit covers the whole exchange, body included, settled or not.
       const timer = setTimeout(() => {
         const error = `no answer within ${timeoutMs} ms`;
         finish(answered?.() ?? { kind: "failed", error, category: error });
-        req.destroy();
+        req?.destroy();
       }, timeoutMs);
-      req.on("error", (err) => {
-        clearTimeout(timer);
-        // A status already in is the receiver's answer, even when the connection then breaks (a reset mid-body).
-        finish(answered?.() ?? failure(err));
-      });
-      req.end(body);
+      send(false);
     });
   }
 
