@@ -145,6 +145,13 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     const { status, headers, body } = refuseUnrouted(417, "Expectation failed", "EXPECT", req);
     res.writeHead(status, headers).end(body);
   });
+  // A client that waits for 100 Continue before sending a body the gateway
+  // will refuse by its declared length is answered 413 instead, and sends
+  // none (Node's default invited every body, 1 MB uploads included).
+  app.server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
+    if (!(Number(req.headers["content-length"]) > BODY_LIMIT)) res.writeContinue();
+    app.server.emit("request", req, res);
+  });
   app.server.on("connect", (req: IncomingMessage, socket: Duplex) => {
     socket.on("error", () => {});
     // After the answers owed before it, as for bytes the parser refuses: a

@@ -539,6 +539,29 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     expect([res.statusLine, res.body]).toEqual(["HTTP/1.1 415 Unsupported Media Type", { error: "Transfer-Encoding must be chunked" }]);
   });
 
+  it("answers a body it would refuse by its declared length with 413 instead of 100 Continue, and others with 100", async () => {
+    const auth = rawHeaders(await stack.merchantHeaders("client-a"));
+    const waiting = (length: number) =>
+      new Promise<string>((resolve, reject) => {
+        const { port } = new URL(stack.gatewayUrl);
+        // The head alone: the client waits for 100 Continue before sending the body, as curl does.
+        const socket = net.connect(Number(port), "127.0.0.1", () =>
+          socket.write(`POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`),
+        );
+        let answer = "";
+        socket.on("data", (chunk) => {
+          answer += chunk;
+          if (/^HTTP\/1\.1 \d{3}/.test(answer)) {
+            socket.destroy();
+            resolve(answer.split("\r\n")[0]!);
+          }
+        });
+        socket.on("error", reject);
+      });
+    expect(await waiting(70_000)).toBe("HTTP/1.1 413 Payload Too Large");
+    expect(await waiting(300)).toBe("HTTP/1.1 100 Continue");
+  });
+
   it("answers an Expect it cannot meet with 417 in the contract's shape", async () => {
     for (const path of ["/healthz", "/v1/links"]) {
       const raw = await rawRequest(`GET ${path} HTTP/1.1\r\nHost: x\r\nClient-Id: client-a\r\nExpect: foo\r\nConnection: close\r\n\r\n`);
