@@ -8,11 +8,11 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import { sendPage } from "./checkout/layout.js";
 import { checkout } from "./checkout/routes.js";
 import { statusPage } from "./checkout/status-page.js";
-import { answerFor, badRequest, INVALID_JSON } from "./errors.js";
+import { answerFor, badRequest, INVALID_JSON, staticFileRefusal } from "./errors.js";
 import { authenticationFirst } from "./caller.js";
 import type { GatewayDeps } from "./deps.js";
 import { drainGently } from "./drain.js";
-import { runPipelinedInTurn } from "./pipelining.js";
+import { answerable, neverRun, runPipelinedInTurn } from "./pipelining.js";
 import { registerOpenApi } from "./openapi.js";
 import { AJV_OPTIONS, describeSchemaError } from "./request-rules.js";
 import { probes } from "./probes.js";
@@ -98,7 +98,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
     // Requests Node's HTTP parser refuses (a head over 16 KiB, a malformed
     // line) never reach a route; they too get the contract's error body.
     clientErrorHandler: (err, socket) => {
-      if (!socket.writable) return socket.destroy();
+      if (!answerable(socket)) return socket.destroy();
       // Once the parser has refused, each further chunk is refused again:
       // one answer is enough (it had piled up listeners, then cut its own).
       const marked = socket as Duplex & { [REFUSED]?: true };
@@ -121,6 +121,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       // is of bytes that may not be that request.
       const reading = (socket as { parser?: { incoming?: IncomingMessage | null } }).parser?.incoming ?? answerOnTheWay(socket)?.req;
       const refused = reading && !reading.complete ? reading : undefined;
+      if (refused) neverRun(refused);
       const answer = rawAnswer(refuseUnrouted(status, message, code, code === "ERR_HTTP_REQUEST_TIMEOUT" ? refused : undefined));
       // The requests before it still run (a create, a pay): their answers go
       // out first, then the refusal. Written at once, it had ended the socket
@@ -234,6 +235,8 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
   });
 
   app.setErrorHandler(async (thrown: unknown, req, reply) => {
+    const refusal = req.url.startsWith("/docs/static/") ? staticFileRefusal(thrown) : undefined;
+    if (refusal) return sendError(reply.header("cache-control", "no-store"), refusal);
     const err = await authenticationFirst(req, deps.clients, deps.auth, thrown);
     return sendError(reply, answerFor(err, req.log, "request failed"));
   });
@@ -301,7 +304,7 @@ const answerOnTheWay = (socket: Duplex) => (socket as { _httpMessage?: ServerRes
  * request's answer when the one before finishes.
  */
 function afterAnswersBefore(refused: IncomingMessage | undefined, socket: Duplex, then: () => void): void {
-  if (!socket.writable) return void socket.destroy();
+  if (!answerable(socket)) return void socket.destroy();
   const owed = answerOnTheWay(socket);
   if (!owed || owed.req === refused) return then();
   let settled = false;

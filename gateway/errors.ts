@@ -57,14 +57,19 @@ const BY_FASTIFY_CODE: Record<string, HttpError> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, message: "Invalid Content-Length" },
 };
 
-// Refusals that say nothing but their status's name ("Forbidden"): the docs'
-// static files' (@fastify/static, through `send`), for a path that climbs out
-// of their folder and for one that holds a NUL, in the words every other such
-// path gets.
-const BY_BARE_STATUS: Record<number, HttpError> = {
+// The docs' static files (@fastify/static, through `send`) refuse a path that
+// climbs out of their folder with a bare 403 "Forbidden", and one with a NUL
+// with a bare 400 "Bad Request": in the words every other such path gets.
+const STATIC_FILE_REFUSALS: Record<number, HttpError> = {
   400: { status: 400, message: "Malformed request URL" },
   403: { status: 404, message: "Not found" },
 };
+
+/** The answer for a static file's refusal that says nothing but its status's name, if `err` is one. */
+export function staticFileRefusal(err: unknown): HttpError | undefined {
+  const status = (err as { statusCode?: unknown })?.statusCode;
+  return typeof status === "number" && (err as Error).message === STATUS_CODES[status] ? STATIC_FILE_REFUSALS[status] : undefined;
+}
 
 /** The HTTP answer for any error a request met, or undefined for a fault to log as a 500. */
 export function httpErrorOf(err: unknown): HttpError | undefined {
@@ -73,8 +78,7 @@ export function httpErrorOf(err: unknown): HttpError | undefined {
   if (typeof code === "string" && BY_FASTIFY_CODE[code]) return BY_FASTIFY_CODE[code];
   const status = (err as { statusCode?: unknown })?.statusCode;
   if (typeof status === "number" && status >= 400 && status < 500) {
-    const message = (err as Error).message;
-    return (message === STATUS_CODES[status] && BY_BARE_STATUS[status]) || { status, message };
+    return { status, message: (err as Error).message };
   }
   return undefined;
 }

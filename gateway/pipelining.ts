@@ -26,7 +26,7 @@ export function runPipelinedInTurn(server: http.Server): void {
   const listeners = server.listeners("request") as RequestListener[];
   server.removeAllListeners("request");
   const run: RequestListener = (req, res) => {
-    if (!answerable(res.socket!)) return;
+    if (!answerable(res.socket!) || (req as Refusable)[REFUSED]) return;
     for (const listener of listeners) listener.call(server, req, res);
   };
   server.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
@@ -37,13 +37,30 @@ export function runPipelinedInTurn(server: http.Server): void {
     // without reading had its every request parsed and held (100,000 small
     // GETs ran the gateway out of memory). If the connection closes first,
     // the answer is never handed a socket, and all of it goes with it.
-    const share = Math.ceil(req.socket.writableHighWaterMark / WAITING_PER_CONNECTION);
-    (res as Pending)._onPendingData(share);
+    const pending = (res as Pending)._onPendingData;
+    const share = typeof pending === "function" ? Math.ceil(req.socket.writableHighWaterMark / WAITING_PER_CONNECTION) : 0;
+    if (share) pending.call(res, share);
     res.once("socket", () => {
-      (res as Pending)._onPendingData(-share);
-      run(req, res);
+      if (share) pending.call(res, -share);
+      // Node flushes the answer right after this event: a route that ended
+      // it at once would have it finished twice.
+      process.nextTick(run, req, res);
     });
   });
+}
+
+const REFUSED = Symbol("refused");
+type Refusable = http.IncomingMessage & { [REFUSED]?: true };
+
+/**
+ * Marks a request the parser gave up on before its body was whole (too
+ * slow: a waiting body counts against the request timeout once Node stops
+ * reading it), whose answer is that refusal: when its turn comes, it is not
+ * run. It had been, after the 408 was decided and before it was written,
+ * and a create was made while its client read 408.
+ */
+export function neverRun(req: http.IncomingMessage): void {
+  (req as Refusable)[REFUSED] = true;
 }
 
 /** Whether an answer written to the socket can still reach its client. */

@@ -3,12 +3,14 @@
 import { randomUUID } from "node:crypto";
 import http from "node:http";
 import net, { createServer } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
 import zlib from "node:zlib";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startGateway } from "../gateway/server.js";
 import { createDb } from "../services/links/db.js";
 import { createDbProbe } from "../services/links/db-probe.js";
+import { createSandboxProcessor } from "../services/links/processor.js";
 import { type LinksServerOptions, startLinksServer } from "../services/links/server.js";
 import { testClock } from "./support/clock.js";
 import { createDatabase } from "./support/database.js";
@@ -441,6 +443,15 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
   };
   /** Headers as they go on the wire, each line ended. */
   const rawHeaders = (headers: Record<string, string>) => Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("");
+  /** A raw connection to the port, once connected: what it has read so far, and when it closes. */
+  const connectRaw = async (port: number) => {
+    const socket = net.connect(port, "127.0.0.1");
+    let raw = "";
+    socket.on("data", (chunk) => (raw += chunk));
+    const ended = new Promise((resolve) => socket.on("close", resolve));
+    await new Promise((resolve) => socket.once("connect", resolve));
+    return { socket, ended, read: () => raw };
+  };
   /** A create as it goes on the wire, under the client's own headers (`rawHeaders` of them). */
   const rawCreate = (auth: string) => {
     const body = JSON.stringify(validLink());
@@ -685,19 +696,15 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     const clientId = `client-drain-${randomUUID()}`;
     const auth = rawHeaders(await stack.merchantHeaders(clientId));
     const create = rawCreate(auth);
-    const socket = net.connect(gateway.port, "127.0.0.1");
-    let raw = "";
-    socket.on("data", (chunk) => (raw += chunk));
-    const ended = new Promise((resolve) => socket.on("close", resolve));
+    const { socket, ended, read } = await connectRaw(gateway.port);
     try {
-      await new Promise((resolve) => socket.once("connect", resolve));
       const closed = gateway.close();
       // A first request that waits on the LinkService, as the create behind it would.
       socket.write(`GET /v1/links HTTP/1.1\r\nHost: x\r\n${auth}\r\n${create}`);
       await ended;
       await closed;
-      expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK"]);
-      expect(raw.toLowerCase()).toContain("\r\nconnection: close\r\n");
+      expect(read().match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK"]);
+      expect(read().toLowerCase()).toContain("\r\nconnection: close\r\n");
       await new Promise((resolve) => setTimeout(resolve, 300));
       expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
     } finally {
@@ -812,6 +819,36 @@ describe("requests the HTTP parser or the JSON decoder refuses", () => {
     expect(raw.match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK", "HTTP/1.1 413 Payload Too Large"]);
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
+  });
+
+  it("never runs a waiting request whose body came too late, while the answer before it took its time: its 408 is its answer", async () => {
+    // A pay that takes 2.5 s (its processor's), so that the create behind it waits past the request timeout.
+    const sandbox = createSandboxProcessor();
+    const processor = { ...sandbox, authorize: async (req: Parameters<typeof sandbox.authorize>[0]) => (await sleep(2_500), sandbox.authorize(req)) };
+    const links = await linksServer(stack.db, { processor, auth: RUN_AUTH });
+    const gateway = await startGateway({ linksUrl: `http://127.0.0.1:${links.port}`, port: 0, host: "127.0.0.1", paylinkEnv: "test", auth: RUN_AUTH, requestTimeoutMs: 1_000, logger: silent });
+    const { id } = (await api(stack, "POST", "/v1/links", { body: validLink() })).body;
+    const payBody = JSON.stringify({ payment_method: "card", card: { number: "4242424242424242", exp_month: 12, exp_year: new Date().getUTCFullYear() + 2, cvc: "123" } });
+    const pay = `POST /link/${id}/pay HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${payBody.length}\r\n\r\n${payBody}`;
+    const clientId = `client-pipelined-${randomUUID()}`;
+    const auth = rawHeaders(await stack.merchantHeaders(clientId));
+    // 40 KB, in two parts: Node reads no more of a waiting request's body than it buffers, so the rest waits unread.
+    const body = JSON.stringify(validLink()) + " ".repeat(40_000);
+    const head = `POST /v1/links HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+    const { socket, ended, read } = await connectRaw(gateway.port);
+    try {
+      socket.write(pay + head + body.slice(0, 20_000));
+      await sleep(200);
+      socket.write(body.slice(20_000));
+      await ended;
+      expect(read().match(/HTTP\/1\.1 \d{3} [^\r]*/g)).toEqual(["HTTP/1.1 200 OK", "HTTP/1.1 408 Request Timeout"]);
+      await sleep(500);
+      expect((await api(stack, "GET", "/v1/links", { clientId })).body.data).toEqual([]);
+    } finally {
+      socket.destroy();
+      await gateway.close();
+      await links.close();
+    }
   });
 
   it("answers pipelined requests in order, each run in its turn", async () => {

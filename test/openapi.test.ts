@@ -156,14 +156,14 @@ describe("/docs/static", () => {
   ])("answers %s, which names no file of the docs, in the contract's words", async (path, status, error) => {
     // node:http sends the path as given; fetch would resolve the dots first.
     const { port } = new URL(stack.gatewayUrl);
-    const res = await new Promise<{ status: number; body: string }>((resolve, reject) =>
+    const res = await new Promise<{ status: number; body: string; cache: string | undefined }>((resolve, reject) =>
       http
         .get({ host: "127.0.0.1", port, path }, (answer) => {
           let body = "";
-          answer.on("data", (chunk) => (body += chunk)).on("end", () => resolve({ status: answer.statusCode!, body }));
+          answer.on("data", (chunk) => (body += chunk)).on("end", () => resolve({ status: answer.statusCode!, body, cache: answer.headers["cache-control"] }));
         })
         .on("error", reject),
     );
-    expect([res.status, JSON.parse(res.body)]).toEqual([status, { error }]);
+    expect([res.status, JSON.parse(res.body), res.cache]).toEqual([status, { error }, "no-store"]);
   });
 });

@@ -10,7 +10,7 @@ import { waitFor } from "./support/nats.js";
 const REQUESTS = 100_000;
 const request = (i: number) => `GET /${i} HTTP/1.1\r\nHost: x\r\n\r\n`;
 // Node reads a connection in chunks of up to 64 KiB and stops only between them: one chunk's requests at most
-// (about 2,600 of these), besides the few allowed to wait.
+// (about 2,100 of these), besides the few allowed to wait.
 const BOUND = 5_000;
 
 let server: http.Server | undefined;

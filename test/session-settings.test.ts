@@ -5,7 +5,7 @@
 import { sql } from "drizzle-orm";
 import postgres from "postgres";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { createDb, warnWithoutAutovacuum } from "../services/links/db.js";
+import { autovacuumWarning, createDb, warnWithoutAutovacuum } from "../services/links/db.js";
 import { links } from "../services/links/schema.js";
 import { createDatabase } from "./support/database.js";
 
@@ -40,15 +40,16 @@ it("reads timestamps as dates on a database whose DateStyle is not ISO", async (
 });
 
 it("warns once at start when the server's autovacuum is off, and only then", async () => {
+  expect(autovacuumWarning("on")).toBeUndefined();
+  expect(autovacuumWarning(undefined)).toBeUndefined();
   const { db, close } = createDb(database.url);
   try {
     const [{ autovacuum }] = (await db.execute<{ autovacuum: string }>(sql`SHOW autovacuum`)) as unknown as [{ autovacuum: string }];
     const warnings: string[] = [];
     await warnWithoutAutovacuum(db, { warn: (msg: string) => warnings.push(msg) } as never);
-    // This machine's PostgreSQL has it off (its CI configuration); a server with it on gets no line.
-    expect(warnings).toEqual(
-      autovacuum === "off" ? ["PostgreSQL's autovacuum is off: the dead rows of links, payments and the outbox are never reclaimed; set autovacuum = on"] : [],
-    );
+    // This machine's PostgreSQL has it off (its CI configuration).
+    expect(warnings).toEqual(autovacuum === "off" ? [autovacuumWarning("off")] : []);
+    expect(autovacuumWarning("off")).toBe("PostgreSQL's autovacuum is off: the dead rows of links, payments and the outbox are never reclaimed; set autovacuum = on");
   } finally {
     await close();
   }

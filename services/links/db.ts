@@ -110,7 +110,10 @@ async function firstConnection(url: string) {
  */
 export async function warnWithoutAutovacuum(db: Db, logger: Pick<Logger, "warn">): Promise<void> {
   const [setting] = await db.execute<{ autovacuum: string }>(sql`show autovacuum`).catch(() => []);
-  if (setting?.autovacuum === "off") {
-    logger.warn("PostgreSQL's autovacuum is off: the dead rows of links, payments and the outbox are never reclaimed; set autovacuum = on");
-  }
+  const warning = autovacuumWarning(setting?.autovacuum);
+  if (warning) logger.warn(warning);
 }
+
+/** The warning a server whose autovacuum is `setting` deserves, if any. */
+export const autovacuumWarning = (setting: string | undefined) =>
+  setting === "off" ? "PostgreSQL's autovacuum is off: the dead rows of links, payments and the outbox are never reclaimed; set autovacuum = on" : undefined;

@@ -81,7 +81,8 @@ await runMain("links", async (config, logger) => {
     "LinkService listening (Connect, gRPC, gRPC-Web over h2c)",
   );
   if (!config.internalToken) logger.warn("INTERNAL_TOKEN is not set: the internal DeliveryService takes any caller (test only)");
-  await warnWithoutAutovacuum(db, logger);
+  // Not awaited: a PostgreSQL that stops answering now must not hold the start (and its drain) on a warning.
+  void warnWithoutAutovacuum(db, logger);
 
   return {
     async close() {

@@ -175,8 +175,9 @@ export function validateIdempotencyKey(key: string): void {
  * a second payment.
  */
 export function keyInMetadataAgrees(header: Headers, field: string | undefined): void {
+  // Metadata comes trimmed, as any HTTP field value does.
   const sent = header.get("idempotency-key");
-  if (sent !== null && sent !== field) throw invalid("idempotency-key metadata is not read: set the request's idempotency_key field");
+  if (sent !== null && sent !== field?.trim()) throw invalid("idempotency-key metadata is not read: set the request's idempotency_key field");
 }
 
 export interface ListQuery {

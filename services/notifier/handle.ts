@@ -290,7 +290,10 @@ export function createHandler(deps: HandlerDeps) {
     });
 
     metrics.attempt(outcome.kind, result.durationMs / 1000);
-    log.info({ attempt, outcome: outcome.kind, statusCode: result.statusCode, durationMs: result.durationMs }, "webhook attempt");
+    // At info, a failure too: a merchant's endpoint that fails is not our
+    // fault, and a warning per attempt had fired alerts on warnings (7,500 in
+    // five minutes of one receiver's 500s). Its dead letter is the warning.
+    log.info({ attempt, outcome: outcome.kind, statusCode: result.statusCode, durationMs: result.durationMs, error: result.error }, "webhook attempt");
     const lastAttempt = outcome.kind === "refused" || (outcome.kind === "failed" && attempt > retrySchedule.length);
     if (lastAttempt) {
       // Policy (refused) or the end of the schedule. Recorded first: only an
@@ -332,10 +335,6 @@ export function createHandler(deps: HandlerDeps) {
         result.outcome = AttemptOutcome.RETRY;
         result.retryInMs = jittered;
         await record(msg, result);
-        // The merchant's endpoint, not ours: a warning per attempt had made
-        // 7,500 lines in five minutes of one receiver's 500s. Its dead letter
-        // is the warning.
-        log.info({ error: outcome.error, attempt, retryInMs: jittered }, "webhook attempt failed");
         msg.nak(jittered);
         return;
       }
