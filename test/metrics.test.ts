@@ -74,6 +74,7 @@ describe("gateway and LinkService metrics", () => {
       'paylink_metric_collect_failures_total{metric="paylink_capture_backlog"}',
       'paylink_webhook_attempts_total{outcome="failed"}',
       'paylink_notifier_handling_failures_total{reason="links_unavailable"}',
+      "paylink_webhook_resends_total",
     ]) {
       expect(sample(text, series), series).toBe(0);
     }

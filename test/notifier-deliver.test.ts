@@ -35,8 +35,8 @@ async function receiver(answer: (res: http.ServerResponse, req: http.IncomingMes
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, closed };
 }
 
-function deliverer(env: "test" | "production" = "test"): Deliverer {
-  const d = createDeliverer({ policy: addressPolicy(env), timeoutMs: TIMEOUT_MS });
+function deliverer(env: "test" | "production" = "test", onResend?: () => void): Deliverer {
+  const d = createDeliverer({ policy: addressPolicy(env), timeoutMs: TIMEOUT_MS, onResend });
   cleanups.push(() => d.close());
   return d;
 }
@@ -270,11 +270,14 @@ describe("a kept-alive connection the receiver closed while it sat idle", () => 
 
   it("is sent once more, at once, on a new connection, where the reset had cost an attempt", async () => {
     const r = await closesIdleConnections();
-    const d = deliverer();
+    let resends = 0;
+    const d = deliverer("test", () => resends++);
     expect(await d.deliver(hook(r.url))).toStrictEqual({ kind: "delivered", status: 200 });
+    expect(resends).toBe(0);
     // The second goes out on the kept-alive connection, which the receiver closes without an answer.
     expect(await d.deliver(hook(r.url))).toStrictEqual({ kind: "delivered", status: 200 });
     expect(r.seen).toEqual({ connections: 2, requests: 3 });
+    expect(resends).toBe(1);
   });
 
   it("is not sent again when the connection was new: the receiver broke it, not an idle timeout", async () => {
@@ -288,8 +291,10 @@ describe("a kept-alive connection the receiver closed while it sat idle", () => 
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
-    const outcome = await deliverer().deliver(hook(`http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`));
+    let resends = 0;
+    const outcome = await deliverer("test", () => resends++).deliver(hook(`http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`));
     expect(outcome).toMatchObject({ kind: "failed", category: "network error (ECONNRESET)" });
     expect(requests).toBe(1);
+    expect(resends).toBe(0);
   });
 });

@@ -39,6 +39,8 @@ export interface DelivererOptions {
   policy: AddressPolicy;
   timeoutMs?: number;
   now?: () => number;
+  /** Told each time a request is sent again after a reused connection's reset, so operators can see how often receivers close idle connections under us. */
+  onResend?: () => void;
 }
 
 const ERROR_SNIPPET = 200;
@@ -171,7 +173,10 @@ export function createDeliverer(opts: DelivererOptions) {
           // A kept-alive socket the receiver closed while it sat idle, reset
           // as we reused it, before any answer (Node's documented case): sent
           // once more at once, where it had cost an attempt and its wait.
-          if (!again && !answered && !settled && sent.reusedSocket && (err as NodeJS.ErrnoException).code === "ECONNRESET") return send(true);
+          if (!again && !answered && !settled && sent.reusedSocket && (err as NodeJS.ErrnoException).code === "ECONNRESET") {
+            opts.onResend?.();
+            return send(true);
+          }
           clearTimeout(timer);
           // A status already in is the receiver's answer, even when the connection then breaks (a reset mid-body).
           finish(answered?.() ?? failure(err));

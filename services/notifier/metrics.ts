@@ -41,6 +41,13 @@ export function createMetrics(registry: Registry = createRegistry(), opts: { att
     registers,
   });
   for (const reason of ["links_unavailable", "error"] satisfies HandlingFailure[]) handlingFailures.inc({ reason }, 0);
+  // The resend is inside one attempt and moves no other counter: without this,
+  // a receiver that closes idle connections early costs a round trip unseen.
+  const resends = new Counter({
+    name: "paylink_webhook_resends_total",
+    help: "Webhook POSTs sent again at once on a new connection because the kept-alive one they went out on was reset before any answer (the receiver closed it while idle); each stays one attempt.",
+    registers,
+  });
   const inFlight = opts.attemptsInFlight;
   if (inFlight) {
     new Gauge({
@@ -79,6 +86,9 @@ export function createMetrics(registry: Registry = createRegistry(), opts: { att
     },
     delivered(occurredAt: Date, now = new Date()) {
       deliveryLatency.observe(Math.max(0, (now.getTime() - occurredAt.getTime()) / 1000));
+    },
+    resent() {
+      resends.inc();
     },
     handlingFailed(reason: HandlingFailure) {
       handlingFailures.inc({ reason });

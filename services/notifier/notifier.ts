@@ -76,7 +76,7 @@ export async function startNotifier(opts: NotifierOptions) {
   const attemptSlots = createAttemptSlots(opts.shareConcurrency ?? Math.max(1, Math.floor(concurrency / 4)));
   const inflight = new Set<Promise<void>>();
   const metrics = createMetrics(undefined, { attemptsInFlight: () => inflight.size });
-  const deliverer = createDeliverer({ policy: addressPolicy(opts.env), timeoutMs: opts.deliveryTimeoutMs });
+  const deliverer = createDeliverer({ policy: addressPolicy(opts.env), timeoutMs: opts.deliveryTimeoutMs, onResend: metrics.resent });
   const authorization = opts.internalToken ? { authorization: `Bearer ${opts.internalToken}` } : undefined;
   const deliveries = createClient(
     DeliveryService,
