@@ -40,14 +40,26 @@ export function runPipelinedInTurn(server: http.Server): void {
     const pending = (res as Pending)._onPendingData;
     const share = typeof pending === "function" ? Math.ceil(req.socket.writableHighWaterMark / WAITING_PER_CONNECTION) : 0;
     if (share) pending.call(res, share);
+    const since = performance.now();
     res.once("socket", () => {
       if (share) pending.call(res, -share);
+      (req as Waited)[WAITED] = performance.now() - since;
       // Node flushes the answer right after this event: a route that ended
       // it at once would have it finished twice.
       process.nextTick(run, req, res);
     });
   });
 }
+
+const WAITED = Symbol("waited");
+type Waited = http.IncomingMessage & { [WAITED]?: number };
+
+/**
+ * How long a pipelined request waited for its turn, in milliseconds, before
+ * it ran; undefined for one that ran at once. Its `responseTime` starts when
+ * it runs, so without this a client's wait behind a slow answer is in no log line.
+ */
+export const turnWait = (req: http.IncomingMessage): number | undefined => (req as Waited)[WAITED];
 
 const REFUSED = Symbol("refused");
 type Refusable = http.IncomingMessage & { [REFUSED]?: true };

@@ -7,6 +7,7 @@ import { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type F
 import type { Bindings, ChildLoggerOptions, Logger } from "pino";
 import { type OpenSpan, startSpan, telemetryOn } from "../services/shared/telemetry.js";
 import { type TraceContext, traceFrom, traceHeaders } from "../services/shared/trace-context.js";
+import { turnWait } from "./pipelining.js";
 
 // Each request's trace and span ride on its raw request, not in WeakMaps:
 // V8 keeps WeakMap and WeakSet entries in ephemeron tables that scavenges
@@ -105,7 +106,7 @@ export class OneLinePerRequest extends LogController {
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
     // At LOG_LEVEL=warn (the benchmark's) a request costs no line, and no fields either.
     if (this.isLogDisabled(request) || !(reply.log as unknown as Pick<Logger, "isLevelEnabled">).isLevelEnabled(error ? "error" : "info")) return;
-    const fields = {
+    const fields: Record<string, unknown> = {
       method: request.method,
       url: request.url,
       route: request.routeOptions.url ?? "unmatched",
@@ -113,6 +114,9 @@ export class OneLinePerRequest extends LogController {
       statusCode: reply.statusCode,
       responseTime: reply.elapsedTime,
     };
+    // A pipelined request's wait for the answers before it, which its client saw and responseTime does not hold.
+    const waited = turnWait(request.raw);
+    if (waited !== undefined) fields.waitedTime = waited;
     if (error) reply.log.error({ ...fields, err: error }, "request errored");
     else reply.log.info(fields, "request completed");
   }

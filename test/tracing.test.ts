@@ -2,6 +2,8 @@
 // tracestate of the pay request reach the LinkService, the outbox event's NATS headers and the
 // notifier's log line for the webhook attempt; every log line on the way
 // that names the request also names its trace.
+import { randomUUID } from "node:crypto";
+import net from "node:net";
 import { sql } from "drizzle-orm";
 import { connect } from "nats";
 import { afterAll, beforeAll, expect, it } from "vitest";
@@ -127,4 +129,23 @@ it("names the request on the LinkService's line for an unexpected error in a bat
   }
   const line = lines.find((l) => l.msg === "unexpected error" && l.procedure === "BatchCreateLinks");
   expect(line).toMatchObject({ level: 50, requestId: "create-broken-1", traceId });
+});
+
+it("says in a pipelined request's line how long it waited for the answer before it, which its responseTime leaves out", async () => {
+  const headers = Object.entries(await stack.merchantHeaders("client-pipelined-log"))
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join("");
+  const get = (requestId: string) => `GET /v1/links/${randomUUID()} HTTP/1.1\r\nHost: x\r\nx-request-id: ${requestId}\r\n${headers}\r\n`;
+  const socket = net.connect(Number(new URL(stack.gatewayUrl).port), "127.0.0.1");
+  let received = "";
+  socket.setEncoding("utf8").on("data", (chunk: string) => (received += chunk));
+  // One write: the second is parsed while the first is still being answered.
+  socket.write(get("pipelined-first") + get("pipelined-second"));
+  await waitFor(() => (received.match(/HTTP\/1\.1 404/g) ?? []).length === 2, 10_000);
+  socket.destroy();
+  const line = (requestId: string) => lines.find((l) => l.requestId === requestId && l.msg === "request completed");
+  await waitFor(() => line("pipelined-second") !== undefined, 5_000);
+  expect(line("pipelined-first")).not.toHaveProperty("waitedTime");
+  expect(line("pipelined-second")).toMatchObject({ statusCode: 404, waitedTime: expect.any(Number) });
+  expect(line("pipelined-second")!.waitedTime).toBeGreaterThan(0);
 });
