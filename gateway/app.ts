@@ -130,7 +130,7 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       afterAnswersBefore(refused, socket, () => answerAndClose(socket, answer));
     },
   });
-  drainGently(app.server);
+  drainGently(app.server, { stalledAnswerMs: requestTimeout });
   runPipelinedInTurn(app.server);
   // A client that sends its request and then closes its side (FIN) is still
   // reading: Node's default aborted every request on the connection, and a
