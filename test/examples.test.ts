@@ -45,4 +45,8 @@ it("the Python client (grpcio-tools, grpcio) creates and reads a link, and reads
   const { stdout } = await run(PYTHON, ["examples/python/client.py"], { cwd: root, env, timeout: 30_000 });
   expectCreatedAndRead(stdout);
   expect(JSON.parse(stdout.trim().split("\n")[2]!)).toEqual({ expired_again: "FAILED_PRECONDITION", reason: "LINK_EXPIRED" });
+  // google.rpc is googleapis-common-protos' whole, not a copy generated beside ours that shadows it.
+  const probe = "import sys; sys.path.insert(0, 'examples/python/gen'); from google.rpc import error_details_pb2 as e; print(e.__file__, hasattr(e, 'BadRequest'))";
+  const { stdout: rpc } = await run(PYTHON, ["-c", probe], { cwd: root });
+  expect(rpc).toMatch(/site-packages\/google\/rpc\/error_details_pb2\.py True\n$/);
 }, 180_000);

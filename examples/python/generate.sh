@@ -10,10 +10,13 @@ if [ ! -x "$here/.venv/bin/python" ]; then
 fi
 # Once per venv; one retry, so a machine that reaches PyPI only through a
 # local mirror (pip's extra-index-url) does not wait out pip's backoff.
-if ! "$here/.venv/bin/python" -c 'import grpc_tools, grpc' 2>/dev/null; then
+if ! "$here/.venv/bin/python" -c 'import grpc_tools, grpc, google.rpc.error_details_pb2' 2>/dev/null; then
   "$here/.venv/bin/pip" install -q --retries 1 -r "$here/requirements.txt"
 fi
 rm -rf "$here/gen" && mkdir -p "$here/gen"
+# Ours only: google.rpc comes from googleapis-common-protos, whose modules
+# generated here again would shadow it for every library in the process (its
+# error_details_pb2 had held two messages of the dozen there).
 "$here/.venv/bin/python" -m grpc_tools.protoc -I "$root/proto" \
   --python_out="$here/gen" --grpc_python_out="$here/gen" \
-  paylink/v1/link_service.proto google/rpc/status.proto google/rpc/error_details.proto
+  paylink/v1/link_service.proto
