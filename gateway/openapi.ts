@@ -8,7 +8,7 @@ import swaggerUi from "@fastify/swagger-ui";
 import type { FastifyInstance } from "fastify";
 import type { AuthMode } from "../services/shared/config.js";
 import { refuseOtherMethods, route } from "./routing.js";
-import { SHARED_SCHEMAS } from "./schemas.js";
+import { SHARED_SCHEMAS, withCommonHeaders } from "./schemas.js";
 
 export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
@@ -48,6 +48,8 @@ export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
       ],
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+    // Only OpenAPI is configured above, never Swagger 2.
+    transformObject: (document) => withCommonHeaders((document as { openapiObject: object }).openapiObject),
   });
   // The docs page's routes are the plugin's, made with GET alone: any other
   // method on them is the contract's 405 with Allow, as on every known path.

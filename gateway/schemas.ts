@@ -226,6 +226,48 @@ const ERROR_HEADERS: Record<number, Record<string, TSchema>> = {
   429: RETRY_AFTER,
   503: RETRY_AFTER,
 };
+/** Headers the routes' schemas name that every answer so described carries (OpenAPI's `required`). */
+const ALWAYS_SENT = new Set(["location", "retry-after", "www-authenticate", "allow"]);
+type DocResponse = { headers?: Record<string, { required?: boolean; description?: string; schema?: object }> };
+type Doc = { paths?: Record<string, Record<string, { responses?: Record<string, DocResponse> }>> };
+
+/**
+ * What the document says of the headers that no route's schema names: every
+ * answer's X-Request-Id, and the limiter's counts where a limit applies
+ * (while it is on). It also marks the headers that are always sent as
+ * `required`, which @fastify/swagger does not, so a generated client types
+ * `Location` as present. Applied to the document @fastify/swagger makes.
+ */
+export function withCommonHeaders<T>(doc: T): T {
+  const limited = (path: string) => path.startsWith("/v1/") || path === "/link/{id}/pay";
+  for (const [path, methods] of Object.entries((doc as Doc).paths ?? {})) {
+    for (const operation of Object.values(methods)) {
+      for (const response of Object.values(operation.responses ?? {})) {
+        for (const [name, header] of Object.entries(response.headers ?? {})) if (ALWAYS_SENT.has(name)) header.required = true;
+        response.headers = {
+          "x-request-id": {
+            required: true,
+            description: "The request's id: its own `X-Request-Id` when that is 1 to 128 letters, digits, `_`, `.`, `:` or `-`, else a UUID; every log line about the request names it",
+            schema: { type: "string" },
+          },
+          ...response.headers,
+          ...(limited(path) && RATE_LIMIT_HEADERS),
+        };
+      }
+    }
+  }
+  return doc;
+}
+
+const RATE_LIMIT_HEADERS = {
+  "x-ratelimit-limit": {
+    description: "While the route's limit is on (`RATE_LIMIT_CLIENT` on /v1, `RATE_LIMIT_PAY` on pay): the requests its budget holds, the burst of twice the rate",
+    schema: { type: "integer" },
+  },
+  "x-ratelimit-remaining": { description: "While the limit is on: the requests left in the budget now", schema: { type: "integer" } },
+  "x-ratelimit-reset": { description: "While the limit is on: seconds until the budget is whole again", schema: { type: "integer" } },
+};
+
 /** The refusals a route may answer, each `{"error": message}`; 503 on every route; any other as default. */
 const errors = (statuses: Record<number, string>) => ({
   ...Object.fromEntries(
@@ -357,8 +399,10 @@ export const ROUTE_SCHEMAS = {
       response: {
         200: { description: "The checkout page", content: { "text/html": { schema: Type.String() } } },
         404: { description: "A page: no such link", content: { "text/html": { schema: Type.String() } } },
+        409: { description: "A page: the link has been paid (used)", content: { "text/html": { schema: Type.String() } } },
+        410: { description: "A page: the link has expired", content: { "text/html": { schema: Type.String() } } },
         503: { description: "A page: the service is unavailable; try again", headers: RETRY_AFTER, content: { "text/html": { schema: Type.String() } } },
-        default: { description: "A page: used (409), expired (410), or an error", content: { "text/html": { schema: Type.String() } } },
+        default: { description: "A page: any other refusal (405, 408, ...) or an error", content: { "text/html": { schema: Type.String() } } },
       },
     },
   },

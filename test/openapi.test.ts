@@ -65,24 +65,42 @@ describe("/openapi.json", () => {
     }
   });
 
-  it("documents the headers a client acts on: Location, Retry-After, WWW-Authenticate, Idempotent-Replayed", async () => {
+  it("documents the headers a client acts on: Location, Retry-After, WWW-Authenticate, Idempotent-Replayed, X-Request-Id and the limiter's", async () => {
+    type Headers = Record<string, { required?: boolean }>;
     const doc = await (await fetch(`${stack.gatewayUrl}/openapi.json`)).json();
+    const limiter = ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"];
+    // Present on every answer so described: required, so that generated clients type them as present.
+    const required = (headers: Headers) => Object.keys(headers).filter((name) => headers[name]!.required);
     const create = doc.paths["/v1/links"].post.responses;
-    expect(Object.keys(create["201"].headers)).toEqual(["location", "idempotent-replayed"]);
-    expect(Object.keys(create["401"].headers)).toEqual(["www-authenticate"]);
-    for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { headers?: object }> }>>)) {
+    expect(Object.keys(create["201"].headers)).toEqual(["x-request-id", "location", "idempotent-replayed", ...limiter]);
+    expect(required(create["201"].headers)).toEqual(["x-request-id", "location"]);
+    expect(required(create["401"].headers)).toEqual(["x-request-id", "www-authenticate"]);
+    for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { headers?: Headers }> }>>)) {
       for (const [method, operation] of Object.entries(methods)) {
-        expect(Object.keys(operation.responses["503"]?.headers ?? {}), `${method} ${path} 503`).toContain("retry-after");
+        expect(required(operation.responses["503"]?.headers ?? {}), `${method} ${path} 503`).toEqual(["x-request-id", "retry-after"]);
+        for (const [status, response] of Object.entries(operation.responses)) {
+          expect(response.headers?.["x-request-id"]?.required, `${method} ${path} ${status}`).toBe(true);
+          // The limiter's, while a limit is on: every answer of /v1 and pay, none elsewhere.
+          const limited = path.startsWith("/v1/") || path === "/link/{id}/pay";
+          for (const name of limiter) expect(response.headers?.[name], `${method} ${path} ${status} ${name}`).toEqual(limited ? expect.objectContaining({ description: expect.stringMatching(/^While /) }) : undefined);
+        }
       }
     }
     const pay = doc.paths["/link/{id}/pay"].post.responses;
-    expect(Object.keys(pay["429"].headers)).toEqual(["retry-after"]);
+    expect(required(pay["429"].headers)).toEqual(["x-request-id", "retry-after"]);
     // A pay retried with its key answers the first payment again, marked as create's replays are; another payment with it, 422.
-    expect(Object.keys(pay["200"].headers)).toEqual(["idempotent-replayed"]);
+    expect(Object.keys(pay["200"].headers)).toEqual(["x-request-id", "idempotent-replayed", ...limiter]);
     expect(pay["422"].description).toMatch(/Idempotency-Key/);
     for (const path of ["/v1/links/{id}/expire", "/v1/links/{id}/events/{eventId}/redeliver"]) {
       expect(doc.paths[path].post.description, path).toMatch(/Takes no body.*Unknown field/);
     }
+  });
+
+  it("names each page the checkout answers with: paid (409) and expired (410) beside 404 and 503", async () => {
+    const doc = await (await fetch(`${stack.gatewayUrl}/openapi.json`)).json();
+    const page = doc.paths["/link/{id}"].get.responses;
+    expect(Object.keys(page)).toEqual(["200", "404", "409", "410", "503", "default"]);
+    for (const status of ["409", "410"]) expect(Object.keys(page[status].content), status).toEqual(["text/html"]);
   });
 
   it("names every 404 a sub-resource answers: its own beside the link's", async () => {
