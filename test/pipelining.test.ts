@@ -2,9 +2,10 @@
 // pipelined requests one connection can make the server hold. (What runs
 // and what is answered, through the gateway itself, is in http-edges.)
 import http from "node:http";
-import net, { type AddressInfo } from "node:net";
-import { afterEach, expect, it } from "vitest";
+import type net from "node:net";
+import { expect, it } from "vitest";
 import { runPipelinedInTurn } from "../gateway/pipelining.js";
+import { bareServerPerTest } from "./support/bare-server.js";
 import { waitFor } from "./support/nats.js";
 
 const REQUESTS = 100_000;
@@ -13,17 +14,12 @@ const request = (i: number) => `GET /${i} HTTP/1.1\r\nHost: x\r\n\r\n`;
 // (about 2,100 of these), besides the few allowed to wait.
 const BOUND = 5_000;
 
-let server: http.Server | undefined;
+const bare = bareServerPerTest();
 let client: net.Socket | undefined;
-afterEach(async () => {
-  client?.destroy();
-  server?.closeAllConnections();
-  await new Promise((resolve) => server?.close(resolve));
-});
 
 async function serve(handler: (req: http.IncomingMessage, res: http.ServerResponse) => void) {
   const counts = { parsed: 0, answered: 0, mostWaiting: 0 };
-  server = http.createServer((req, res) => {
+  const server = http.createServer((req, res) => {
     res.once("finish", () => counts.answered++);
     handler(req, res);
   });
@@ -33,9 +29,7 @@ async function serve(handler: (req: http.IncomingMessage, res: http.ServerRespon
     counts.parsed++;
     counts.mostWaiting = Math.max(counts.mostWaiting, counts.parsed - counts.answered);
   });
-  await new Promise<void>((resolve) => server!.listen(0, "127.0.0.1", resolve));
-  client = net.connect((server.address() as AddressInfo).port, "127.0.0.1");
-  await new Promise((resolve) => client!.once("connect", resolve));
+  client = await bare.start(server);
   return counts;
 }
 

@@ -2,20 +2,17 @@
 // bare node:http server and real sockets: answers larger than the kernel's
 // buffers, so that what the client does not read stays unsent in the server.
 import http from "node:http";
-import net, { type AddressInfo } from "node:net";
-import { afterEach, expect, it } from "vitest";
+import type net from "node:net";
+import { expect, it } from "vitest";
 import { drainGently } from "../gateway/drain.js";
+import { bareServerPerTest } from "./support/bare-server.js";
 import { waitFor } from "./support/nats.js";
 
 const ANSWER = Buffer.alloc(64 * 1024 * 1024, "x");
 
+const bare = bareServerPerTest();
 let server: http.Server | undefined;
 let client: net.Socket | undefined;
-afterEach(async () => {
-  client?.destroy();
-  server?.closeAllConnections();
-  await new Promise((resolve) => server?.close(resolve));
-});
 
 /** A server whose every answer is ANSWER, and a client that asked for one and, so far, reads nothing of it. */
 async function stuckClient(stalledAnswerMs: number) {
@@ -24,8 +21,7 @@ async function stuckClient(stalledAnswerMs: number) {
   const state = { serverSideClosed: false, read: 0 };
   // The client, paused, would not see the close until it read what came before it.
   server.on("connection", (socket) => socket.once("close", () => (state.serverSideClosed = true)));
-  await new Promise<void>((resolve) => server!.listen(0, "127.0.0.1", resolve));
-  client = net.connect((server.address() as AddressInfo).port, "127.0.0.1");
+  client = await bare.start(server);
   client.on("error", () => {}).on("data", (chunk: Buffer) => (state.read += chunk.length));
   client.pause();
   client.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
