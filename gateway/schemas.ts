@@ -261,11 +261,14 @@ export function withCommonHeaders<T>(doc: T): T {
 
 const RATE_LIMIT_HEADERS = {
   "x-ratelimit-limit": {
-    description: "While the route's limit is on (`RATE_LIMIT_CLIENT` on /v1, `RATE_LIMIT_PAY` on pay): the requests its budget holds, the burst of twice the rate",
+    description: "While the route's limit is on (`RATE_LIMIT_CLIENT` on /v1, `RATE_LIMIT_PAY` on pay): its rate, the requests of one window (a burst of twice it is let through)",
     schema: { type: "integer" },
   },
-  "x-ratelimit-remaining": { description: "While the limit is on: the requests left in the budget now", schema: { type: "integer" } },
-  "x-ratelimit-reset": { description: "While the limit is on: seconds until the budget is whole again", schema: { type: "integer" } },
+  "x-ratelimit-remaining": {
+    description: "While the limit is on: the requests the budget holds now, shown up to the rate (the burst's extra is not promised)",
+    schema: { type: "integer" },
+  },
+  "x-ratelimit-reset": { description: "While the limit is on: seconds until the budget's next request comes, 0 while it has one", schema: { type: "integer" } },
 };
 
 /** The refusals a route may answer, each `{"error": message}`; 503 on every route; any other as default. */
