@@ -781,6 +781,17 @@ describe("when the processor or the clock get in the way", () => {
     }
   });
 
+  it("answers a wait for room that outlasts its limit as the processor's slowness (503, to try again), not as failures (429): none failed", async () => {
+    const id = await createLink();
+    // Five attempts of others, on a processor slower than the wait, fill the room throughout.
+    const attempts: Attempts = { begin: async () => "room" };
+    const payments = createPayments({ db: stack.db, clock: stack.clock, processor: createSandboxProcessor(), logger: silent, onEventsCommitted: () => {}, attempts });
+    const err = await payments.complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("PROCESSOR_UNAVAILABLE");
+  }, 20_000);
+
   it("counts a wait for the try with its key apart from the wait for room: no 429 for a customer with no failures", async () => {
     const id = await createLink();
     const real = createAttempts({ db: stack.db, clock: stack.clock, logger: silent });

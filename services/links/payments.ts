@@ -19,7 +19,6 @@ import {
   linkNotFound,
   linkStateError,
   linkUsed,
-  paymentAttemptsExceeded,
   processorNotConfigured,
   processorUnavailable,
 } from "../shared/rpc-errors.js";
@@ -50,7 +49,7 @@ const AUTHORIZE_TIMEOUT_MS = 20_000;
 // the capture job may release it. A pay slower still cannot commit with it.
 export const HOLD_RELEASE_AFTER_MS = 5 * 60_000;
 // How long an attempt waits, spread, before it asks again for room among
-// the link's attempts, and for how long in all before it answers 429.
+// the link's attempts, and for how long in all before it answers Unavailable.
 const ATTEMPT_WAIT_MS = 50;
 const ATTEMPT_WAIT_LIMIT_MS = 10_000;
 // A retry waits this long for the try with its key to end (it may be
@@ -128,7 +127,10 @@ export function createPayments(deps: PaymentsDeps): Payments {
           if (Date.now() - started >= SAME_KEY_WAIT_LIMIT_MS) throw processorUnavailable();
           roomSince = Date.now();
         } else if (Date.now() - roomSince >= ATTEMPT_WAIT_LIMIT_MS) {
-          throw paymentAttemptsExceeded(1);
+          // Five attempts still running after this long are waiting on the
+          // processor, and none has failed: the contract's 429 is for
+          // failures, so this one is the processor's slowness, to try again.
+          throw processorUnavailable();
         }
         await new Promise((resolve) => setTimeout(resolve, ATTEMPT_WAIT_MS * (0.5 + Math.random())));
         signal?.throwIfAborted();
