@@ -8,7 +8,7 @@ import swaggerUi from "@fastify/swagger-ui";
 import type { FastifyInstance } from "fastify";
 import type { AuthMode } from "../services/shared/config.js";
 import { refuseOtherMethods, route } from "./routing.js";
-import { SHARED_SCHEMAS, withCommonHeaders } from "./schemas.js";
+import { SHARED_SCHEMAS, WEBHOOKS, withCommonHeaders } from "./schemas.js";
 
 export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
@@ -42,14 +42,14 @@ export function registerOpenApi(app: FastifyInstance, auth: AuthMode): void {
       servers: [{ url: "/", description: "PUBLIC_BASE_URL" }],
       tags: [
         { name: "links", description: "A merchant's payment links" },
-        { name: "webhooks", description: "The webhook log of a link" },
+        { name: "webhooks", description: "The completion webhook a paid link sends, and a link's log of it" },
         { name: "checkout", description: "The customer's page and payment" },
         { name: "probes", description: "Liveness and readiness" },
       ],
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
     // Only OpenAPI is configured above, never Swagger 2.
-    transformObject: (document) => withCommonHeaders((document as { openapiObject: object }).openapiObject),
+    transformObject: (document) => ({ ...withCommonHeaders((document as { openapiObject: object }).openapiObject), webhooks: WEBHOOKS }),
   });
   // The docs page's routes are the plugin's, made with GET alone: any other
   // method on them is the contract's 405 with Allow, as on every known path.

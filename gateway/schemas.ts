@@ -210,6 +210,49 @@ const Readiness = Type.Object(
   { additionalProperties: false },
 );
 
+/** What the notifier POSTs to a link's `metadata.webhook` when the link is paid: exactly these fields. */
+const WebhookBody = Type.Object(
+  {
+    link_id: Str("The paid link's id"),
+    payment_id: Str("Its payment's id, as `GET /v1/links/{id}/payment` shows it"),
+    transaction_id: Str("The processor's id of the payment"),
+  },
+  { additionalProperties: false },
+);
+const webhookHeader = (name: string, required: boolean, description: string, schema: object = { type: "string" }) => ({ name, in: "header", required, description, schema });
+
+/**
+ * The completion webhook, as OpenAPI 3.1's `webhooks` describes a request
+ * the service sends: a merchant can generate its receiver's types from it.
+ * The notifier tests check what they receive against it.
+ */
+export const WEBHOOKS = {
+  paymentCompleted: {
+    post: {
+      operationId: "paymentCompleted",
+      tags: ["webhooks"],
+      summary: "A link was paid (sent to its metadata.webhook)",
+      description:
+        "Sent once the link is `used`; nothing is sent for expiry or for a link without a webhook. At least once: after a rare fault one event may arrive twice, with the same `Webhook-Id`, so de-duplicate on it. Verify `Webhook-Signature` over the raw body before parsing it.",
+      parameters: [
+        webhookHeader("Webhook-Id", true, "The event's id (a UUID): the same on every attempt of this event", { type: "string", format: "uuid" }),
+        webhookHeader("Webhook-Timestamp", true, "When this attempt was sent, in Unix seconds", { type: "string", pattern: "^[0-9]+$" }),
+        webhookHeader("Api-Key", false, "The link's `metadata.api_key`; only when one was set"),
+        webhookHeader("Webhook-Signature", false, '`v1,<base64 HMAC-SHA256 of "{Webhook-Id}.{Webhook-Timestamp}.{body}">`, keyed with the UTF-8 bytes of `api_key` (the Standard Webhooks layout); only when `api_key` was set', {
+          type: "string",
+          pattern: "^v1,[A-Za-z0-9+/]{43}=$",
+        }),
+      ],
+      requestBody: { required: true, content: { "application/json": { schema: WebhookBody } } },
+      responses: {
+        "2XX": { description: "Acknowledged: a 2xx status line and headers within 10 s (the body is not waited for)" },
+        "410": { description: "Gone: this event is not sent again" },
+        default: { description: "Any other answer, or none within 10 s: sent again on the retry schedule (`WEBHOOK_RETRY_SCHEDULE`), then dead-lettered" },
+      },
+    },
+  },
+};
+
 /** The shared schemas, added once to the app so routes and the document refer to them. */
 export const SHARED_SCHEMAS: TSchema[] = [ErrorBody, Link, Payment, LinkEvent];
 

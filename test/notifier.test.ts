@@ -11,6 +11,7 @@ import { startNotifier } from "../services/notifier/notifier.js";
 import type { Topology } from "../services/shared/jetstream.js";
 import { createLogger } from "../services/shared/logger.js";
 import { startNatsServer, uniqueTopology, waitFor } from "./support/nats.js";
+import { expectDocumentedWebhook } from "./support/openapi.js";
 import { silent, startDeliveryStack, startReceiver, usePrivateNatsAndDatabase } from "./support/webhooks.js";
 
 const SCHEDULE = [50, 50, 50, 50];
@@ -77,6 +78,8 @@ describe("the webhook request", () => {
       "webhook-signature": String(req.headers["webhook-signature"]),
     };
     expect(verifier.verify(req.body, headers)).toStrictEqual(JSON.parse(req.body));
+    // As the OpenAPI document's webhooks say, so that a receiver generated from it takes it.
+    expectDocumentedWebhook(req);
     // A tampered body must not verify, or the check above proves nothing.
     expect(() => verifier.verify(req.body.replace(paid.paymentId, "pay-forged"), headers)).toThrow();
   });
@@ -89,6 +92,7 @@ describe("the webhook request", () => {
     expect(req.headers["api-key"]).toBeUndefined();
     expect(req.headers["webhook-signature"]).toBeUndefined();
     expect(req.headers["webhook-id"]).toBeDefined();
+    expectDocumentedWebhook(req);
   });
 
   /** Nothing the consumer was given waits for an ack (an unacked event comes back every 30 s, for ever). */

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { WEBHOOKS } from "../gateway/schemas.js";
 import { type Stack, startStack } from "./support/stack.js";
 
 const REDOCLY = fileURLToPath(new URL("../node_modules/.bin/redocly", import.meta.url));
@@ -94,6 +95,12 @@ describe("/openapi.json", () => {
     for (const path of ["/v1/links/{id}/expire", "/v1/links/{id}/events/{eventId}/redeliver"]) {
       expect(doc.paths[path].post.description, path).toMatch(/Takes no body.*Unknown field/);
     }
+  });
+
+  it("describes the completion webhook (OpenAPI 3.1 webhooks), which the notifier's tests check what they receive against", async () => {
+    const doc = await (await fetch(`${stack.gatewayUrl}/openapi.json`)).json();
+    expect(doc.webhooks).toEqual(JSON.parse(JSON.stringify(WEBHOOKS)));
+    expect(Object.keys(doc.webhooks.paymentCompleted.post.requestBody.content["application/json"].schema.properties)).toEqual(["link_id", "payment_id", "transaction_id"]);
   });
 
   it("names each page the checkout answers with: paid (409) and expired (410) beside 404 and 503", async () => {

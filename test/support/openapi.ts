@@ -4,6 +4,7 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { expect } from "vitest";
+import { WEBHOOKS } from "../../gateway/schemas.js";
 
 type Doc = {
   paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }>; headers?: Record<string, { required?: boolean }> }> }>>;
@@ -55,5 +56,27 @@ export async function expectDocumented(gatewayUrl: string, method: string, url: 
   const validate = ajv.getSchema(ref)!;
   if (!validate(body)) {
     expect.fail(`${method} ${path} ${status} does not match the document: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body)}`);
+  }
+}
+
+/**
+ * Fails the test when a webhook the notifier sent does not match the
+ * document's `webhooks` (gateway/schemas.ts): its body, and each header
+ * parameter, present where required and matching its schema where sent.
+ */
+export function expectDocumentedWebhook(received: { headers: Record<string, string | string[] | undefined>; body: string }) {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  (addFormats as unknown as (a: unknown) => void)(ajv);
+  const operation = WEBHOOKS.paymentCompleted.post;
+  const body = ajv.compile(operation.requestBody.content["application/json"].schema);
+  if (!body(JSON.parse(received.body))) expect.fail(`the webhook's body does not match the document: ${ajv.errorsText(body.errors)}\n${received.body}`);
+  for (const parameter of operation.parameters) {
+    const value = received.headers[parameter.name.toLowerCase()];
+    if (value === undefined) {
+      expect(parameter.required, `the webhook carries ${parameter.name}`).toBe(false);
+      continue;
+    }
+    const header = ajv.compile(parameter.schema);
+    if (!header(value)) expect.fail(`the webhook's ${parameter.name} does not match the document: ${ajv.errorsText(header.errors)} (${String(value)})`);
   }
 }
