@@ -36,31 +36,44 @@ export type Event = Message<"paylink.v1.Event"> & {
   id: string;
 
   /**
+   * When the LinkService recorded what happened: the payment's moment, or
+   * when it recorded the link's expiry (which may come after expires_at).
+   *
    * @generated from field: google.protobuf.Timestamp occurred_at = 2;
    */
   occurredAt?: Timestamp | undefined;
 
   /**
+   * The link it happened to.
+   *
    * @generated from field: string link_id = 3;
    */
   linkId: string;
 
   /**
+   * The client that owns the link.
+   *
    * @generated from field: string client_id = 4;
    */
   clientId: string;
 
   /**
+   * What happened; always set. Its case is the subject's <type>.
+   *
    * @generated from oneof paylink.v1.Event.payload
    */
   payload: {
     /**
+     * A payment paid the link ("payment.completed").
+     *
      * @generated from field: paylink.v1.PaymentCompleted payment_completed = 10;
      */
     value: PaymentCompleted;
     case: "paymentCompleted";
   } | {
     /**
+     * The link expired, by time or by ExpireLink ("link.expired").
+     *
      * @generated from field: paylink.v1.LinkExpired link_expired = 11;
      */
     value: LinkExpired;
@@ -71,18 +84,22 @@ export type Event = Message<"paylink.v1.Event"> & {
    * The request that caused the event, when one did (not the sweeper): its
    * X-Request-Id, W3C traceparent and the caller's tracestate. The relay also
    * sends them as the NATS headers X-Request-Id, traceparent and tracestate,
-   * which the notifier reads.
+   * which the notifier reads. This one is the X-Request-Id; empty for none.
    *
    * @generated from field: string request_id = 20;
    */
   requestId: string;
 
   /**
+   * The causing request's W3C traceparent; empty for none.
+   *
    * @generated from field: string traceparent = 21;
    */
   traceparent: string;
 
   /**
+   * The causing request's tracestate, unchanged; empty for none.
+   *
    * @generated from field: string tracestate = 22;
    */
   tracestate: string;
@@ -96,15 +113,22 @@ export const EventSchema: GenMessage<Event> = /*@__PURE__*/
   messageDesc(file_paylink_v1_events, 0);
 
 /**
+ * A link was paid: its payment's ids, which the webhook's body carries
+ * beside link_id.
+ *
  * @generated from message paylink.v1.PaymentCompleted
  */
 export type PaymentCompleted = Message<"paylink.v1.PaymentCompleted"> & {
   /**
+   * The payment's id ("pay-" followed by a UUID), as Payment.id.
+   *
    * @generated from field: string payment_id = 1;
    */
   paymentId: string;
 
   /**
+   * The processor's transaction id, as Payment.transaction_id.
+   *
    * @generated from field: string transaction_id = 2;
    */
   transactionId: string;
@@ -145,10 +169,14 @@ export const PaymentCompletedSchema: GenMessage<PaymentCompleted> = /*@__PURE__*
   messageDesc(file_paylink_v1_events, 1);
 
 /**
+ * A link expired unpaid.
+ *
  * @generated from message paylink.v1.LinkExpired
  */
 export type LinkExpired = Message<"paylink.v1.LinkExpired"> & {
   /**
+   * The link's expires_at: when its time ran out, or when ExpireLink ended it.
+   *
    * @generated from field: google.protobuf.Timestamp expired_at = 1;
    */
   expiredAt?: Timestamp | undefined;

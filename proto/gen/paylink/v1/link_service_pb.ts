@@ -38,7 +38,7 @@ export type Amount = Message<"paylink.v1.Amount"> & {
   value: bigint;
 
   /**
-   * ISO 4217 code, in any case; links carry it uppercase.
+   * Required. ISO 4217 code, in any case; links carry it uppercase.
    *
    * @generated from field: string currency = 2;
    */
@@ -98,6 +98,9 @@ export const ItemSchema: GenMessage<Item> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 1);
 
 /**
+ * Who pays, as the merchant knows them: shown on the checkout page. Every
+ * field is optional and kept as sent.
+ *
  * @generated from message paylink.v1.Customer
  */
 export type Customer = Message<"paylink.v1.Customer"> & {
@@ -131,10 +134,15 @@ export const CustomerSchema: GenMessage<Customer> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 2);
 
 /**
+ * What the link asks of the customer: sent in CreateLinkRequest, and
+ * returned as sent (the currency uppercased; a field not sent stays unset).
+ *
  * @generated from message paylink.v1.LinkData
  */
 export type LinkData = Message<"paylink.v1.LinkData"> & {
   /**
+   * Required. What the customer pays; the items' total need not equal it.
+   *
    * @generated from field: paylink.v1.Amount amount = 1;
    */
   amount?: Amount | undefined;
@@ -155,18 +163,24 @@ export type LinkData = Message<"paylink.v1.LinkData"> & {
   items: Item[];
 
   /**
-   * At most 200 characters each.
+   * The merchant's own identifier for the transaction. At most 200
+   * characters.
    *
    * @generated from field: optional string merchant_id = 4;
    */
   merchantId?: string | undefined;
 
   /**
+   * The merchant's name, shown to the customer on the checkout page. At most
+   * 200 characters.
+   *
    * @generated from field: optional string merchant_name = 5;
    */
   merchantName?: string | undefined;
 
   /**
+   * Optional: unset means no customer details.
+   *
    * @generated from field: paylink.v1.Customer customer = 6;
    */
   customer?: Customer | undefined;
@@ -179,13 +193,18 @@ export type LinkData = Message<"paylink.v1.LinkData"> & {
   allowedPaymentMethods: PaymentMethod[];
 
   /**
-   * Absolute http or https URLs of at most 2048 characters, kept as sent.
+   * Where the customer is sent after paying, with link_id and payment_id
+   * added to its query (CompletePaymentResponse.redirect_url). An absolute
+   * http or https URL of at most 2048 characters, kept as sent.
    *
    * @generated from field: optional string redirect_url = 8;
    */
   redirectUrl?: string | undefined;
 
   /**
+   * Where the checkout page sends a customer who cancels. An absolute http or
+   * https URL of at most 2048 characters, kept as sent.
+   *
    * @generated from field: optional string cancel_url = 9;
    */
   cancelUrl?: string | undefined;
@@ -199,6 +218,8 @@ export const LinkDataSchema: GenMessage<LinkData> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 3);
 
 /**
+ * A payment link, as its merchant sees it.
+ *
  * @generated from message paylink.v1.Link
  */
 export type Link = Message<"paylink.v1.Link"> & {
@@ -217,36 +238,55 @@ export type Link = Message<"paylink.v1.Link"> & {
   url: string;
 
   /**
+   * Always PAYMENT.
+   *
    * @generated from field: paylink.v1.LinkType type = 3;
    */
   type: LinkType;
 
   /**
+   * As of now: a CREATED link whose expires_at has passed is EXPIRED, even
+   * before the service has recorded it.
+   *
    * @generated from field: paylink.v1.LinkStatus status = 4;
    */
   status: LinkStatus;
 
   /**
+   * What CreateLink was sent, the currency uppercased.
+   *
    * @generated from field: paylink.v1.LinkData data = 5;
    */
   data?: LinkData | undefined;
 
   /**
+   * The client that created the link (its client-id header). Another
+   * client's GetLink, ExpireLink, GetPayment and the like answer
+   * PERMISSION_DENIED.
+   *
    * @generated from field: string client_id = 6;
    */
   clientId: string;
 
   /**
+   * created_at + expires_in seconds; once ExpireLink ends the link, the
+   * moment it did.
+   *
    * @generated from field: google.protobuf.Timestamp expires_at = 7;
    */
   expiresAt?: Timestamp | undefined;
 
   /**
+   * When the link was created.
+   *
    * @generated from field: google.protobuf.Timestamp created_at = 8;
    */
   createdAt?: Timestamp | undefined;
 
   /**
+   * The last change: created_at until the link is paid or expires, then
+   * that moment (for a link that expired by time, its expires_at).
+   *
    * @generated from field: google.protobuf.Timestamp updated_at = 9;
    */
   updatedAt?: Timestamp | undefined;
@@ -267,10 +307,15 @@ export const LinkSchema: GenMessage<Link> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 4);
 
 /**
+ * A new link, made by CreateLink (or an item of BatchCreateLinks).
+ *
  * @generated from message paylink.v1.CreateLinkRequest
  */
 export type CreateLinkRequest = Message<"paylink.v1.CreateLinkRequest"> & {
   /**
+   * Required: PAYMENT. Anything else is INVALID_ARGUMENT "type must be
+   * payment".
+   *
    * @generated from field: paylink.v1.LinkType type = 1;
    */
   type: LinkType;
@@ -283,6 +328,9 @@ export type CreateLinkRequest = Message<"paylink.v1.CreateLinkRequest"> & {
   expiresIn?: number | undefined;
 
   /**
+   * Required: what the link asks of the customer (INVALID_ARGUMENT "data is
+   * required" when unset).
+   *
    * @generated from field: paylink.v1.LinkData data = 3;
    */
   data?: LinkData | undefined;
@@ -332,10 +380,15 @@ export const CreateLinkRequestSchema: GenMessage<CreateLinkRequest> = /*@__PURE_
   messageDesc(file_paylink_v1_link_service, 5);
 
 /**
+ * CreateLink's answer.
+ *
  * @generated from message paylink.v1.CreateLinkResponse
  */
 export type CreateLinkResponse = Message<"paylink.v1.CreateLinkResponse"> & {
   /**
+   * The link made, in status CREATED (a replay answers it as first made);
+   * unset when the request was validate_only.
+   *
    * @generated from field: paylink.v1.Link link = 1;
    */
   link?: Link | undefined;
@@ -357,10 +410,16 @@ export const CreateLinkResponseSchema: GenMessage<CreateLinkResponse> = /*@__PUR
   messageDesc(file_paylink_v1_link_service, 6);
 
 /**
+ * GetLink's request.
+ *
  * @generated from message paylink.v1.GetLinkRequest
  */
 export type GetLinkRequest = Message<"paylink.v1.GetLinkRequest"> & {
   /**
+   * The link's id, exactly as CreateLink answered it. NOT_FOUND "Link not
+   * found" for an id that names no link (malformed ones included),
+   * PERMISSION_DENIED "Unauthorized access" for another client's link.
+   *
    * @generated from field: string id = 1;
    */
   id: string;
@@ -374,10 +433,14 @@ export const GetLinkRequestSchema: GenMessage<GetLinkRequest> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 7);
 
 /**
+ * GetLink's answer.
+ *
  * @generated from message paylink.v1.GetLinkResponse
  */
 export type GetLinkResponse = Message<"paylink.v1.GetLinkResponse"> & {
   /**
+   * The caller's link, in any status, its status as of now.
+   *
    * @generated from field: paylink.v1.Link link = 1;
    */
   link?: Link | undefined;
@@ -391,6 +454,8 @@ export const GetLinkResponseSchema: GenMessage<GetLinkResponse> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 8);
 
 /**
+ * A page of the caller's links, newest first.
+ *
  * @generated from message paylink.v1.ListLinksRequest
  */
 export type ListLinksRequest = Message<"paylink.v1.ListLinksRequest"> & {
@@ -427,10 +492,15 @@ export const ListLinksRequestSchema: GenMessage<ListLinksRequest> = /*@__PURE__*
   messageDesc(file_paylink_v1_link_service, 9);
 
 /**
+ * One page of ListLinks.
+ *
  * @generated from message paylink.v1.ListLinksResponse
  */
 export type ListLinksResponse = Message<"paylink.v1.ListLinksResponse"> & {
   /**
+   * Newest first, at most limit of them (fewer before the answer would pass
+   * 4 MiB), each with its status as of now.
+   *
    * @generated from field: repeated paylink.v1.Link links = 1;
    */
   links: Link[];
@@ -451,10 +521,15 @@ export const ListLinksResponseSchema: GenMessage<ListLinksResponse> = /*@__PURE_
   messageDesc(file_paylink_v1_link_service, 10);
 
 /**
+ * ExpireLink's request.
+ *
  * @generated from message paylink.v1.ExpireLinkRequest
  */
 export type ExpireLinkRequest = Message<"paylink.v1.ExpireLinkRequest"> & {
   /**
+   * The id of the caller's CREATED link to end. NOT_FOUND and
+   * PERMISSION_DENIED as for GetLinkRequest.id.
+   *
    * @generated from field: string id = 1;
    */
   id: string;
@@ -468,10 +543,14 @@ export const ExpireLinkRequestSchema: GenMessage<ExpireLinkRequest> = /*@__PURE_
   messageDesc(file_paylink_v1_link_service, 11);
 
 /**
+ * ExpireLink's answer.
+ *
  * @generated from message paylink.v1.ExpireLinkResponse
  */
 export type ExpireLinkResponse = Message<"paylink.v1.ExpireLinkResponse"> & {
   /**
+   * The link, now EXPIRED, its expires_at and updated_at the moment it ended.
+   *
    * @generated from field: paylink.v1.Link link = 1;
    */
   link?: Link | undefined;
@@ -485,10 +564,15 @@ export const ExpireLinkResponseSchema: GenMessage<ExpireLinkResponse> = /*@__PUR
   messageDesc(file_paylink_v1_link_service, 12);
 
 /**
+ * GetCheckout's request: the customer's, so no client-id.
+ *
  * @generated from message paylink.v1.GetCheckoutRequest
  */
 export type GetCheckoutRequest = Message<"paylink.v1.GetCheckoutRequest"> & {
   /**
+   * The link's id: any client's link, in any status. NOT_FOUND "Link not
+   * found" for an id that names no link (malformed ones included).
+   *
    * @generated from field: string link_id = 1;
    */
   linkId: string;
@@ -512,10 +596,14 @@ export const GetCheckoutRequestSchema: GenMessage<GetCheckoutRequest> = /*@__PUR
   messageDesc(file_paylink_v1_link_service, 13);
 
 /**
+ * GetCheckout's answer.
+ *
  * @generated from message paylink.v1.GetCheckoutResponse
  */
 export type GetCheckoutResponse = Message<"paylink.v1.GetCheckoutResponse"> & {
   /**
+   * What the customer may see of the link.
+   *
    * @generated from field: paylink.v1.Checkout checkout = 1;
    */
   checkout?: Checkout | undefined;
@@ -544,21 +632,30 @@ export const GetCheckoutResponseSchema: GenMessage<GetCheckoutResponse> = /*@__P
  */
 export type Checkout = Message<"paylink.v1.Checkout"> & {
   /**
+   * The link's id.
+   *
    * @generated from field: string link_id = 1;
    */
   linkId: string;
 
   /**
+   * As of now, as Link.status: only a CREATED link can be paid.
+   *
    * @generated from field: paylink.v1.LinkStatus status = 2;
    */
   status: LinkStatus;
 
   /**
+   * The link's data, as Link.data.
+   *
    * @generated from field: paylink.v1.LinkData data = 3;
    */
   data?: LinkData | undefined;
 
   /**
+   * When the link expires (or, once ExpireLink ended it, when it did), as
+   * Link.expires_at.
+   *
    * @generated from field: google.protobuf.Timestamp expires_at = 4;
    */
   expiresAt?: Timestamp | undefined;
@@ -625,21 +722,31 @@ export const CardSchema: GenMessage<Card> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 16);
 
 /**
+ * CompletePayment's request: the customer's, so no client-id.
+ *
  * @generated from message paylink.v1.CompletePaymentRequest
  */
 export type CompletePaymentRequest = Message<"paylink.v1.CompletePaymentRequest"> & {
   /**
+   * The link to pay: any client's. NOT_FOUND "Link not found" for an id
+   * that names no link; FAILED_PRECONDITION with reason LINK_USED or
+   * LINK_EXPIRED when the link is not CREATED.
+   *
    * @generated from field: string link_id = 1;
    */
   linkId: string;
 
   /**
+   * Required: CARD or BANK_TRANSFER (UNSPECIFIED is INVALID_ARGUMENT), and one
+   * the link's allowed_payment_methods takes (INVALID_ARGUMENT otherwise).
+   *
    * @generated from field: paylink.v1.PaymentMethod payment_method = 2;
    */
   paymentMethod: PaymentMethod;
 
   /**
-   * Required when payment_method is CARD.
+   * Required when payment_method is CARD; with any other method,
+   * INVALID_ARGUMENT.
    *
    * @generated from field: paylink.v1.Card card = 3;
    */
@@ -666,20 +773,28 @@ export const CompletePaymentRequestSchema: GenMessage<CompletePaymentRequest> = 
   messageDesc(file_paylink_v1_link_service, 17);
 
 /**
+ * The answer of a payment that succeeded: the link is now USED.
+ *
  * @generated from message paylink.v1.CompletePaymentResponse
  */
 export type CompletePaymentResponse = Message<"paylink.v1.CompletePaymentResponse"> & {
   /**
+   * The link paid.
+   *
    * @generated from field: string link_id = 1;
    */
   linkId: string;
 
   /**
+   * The payment's id, as Payment.id.
+   *
    * @generated from field: string payment_id = 2;
    */
   paymentId: string;
 
   /**
+   * The processor's transaction id, as Payment.transaction_id.
+   *
    * @generated from field: string transaction_id = 3;
    */
   transactionId: string;
@@ -707,6 +822,8 @@ export const CompletePaymentResponseSchema: GenMessage<CompletePaymentResponse> 
   messageDesc(file_paylink_v1_link_service, 18);
 
 /**
+ * BatchGetLinks' request: many GetLink calls, each of its own caller.
+ *
  * @generated from message paylink.v1.BatchGetLinksRequest
  */
 export type BatchGetLinksRequest = Message<"paylink.v1.BatchGetLinksRequest"> & {
@@ -729,6 +846,8 @@ export const BatchGetLinksRequestSchema: GenMessage<BatchGetLinksRequest> = /*@_
   messageDesc(file_paylink_v1_link_service, 19);
 
 /**
+ * One GetLink call: its caller, its request and its trace.
+ *
  * @generated from message paylink.v1.BatchGetLinksRequest.Item
  */
 export type BatchGetLinksRequest_Item = Message<"paylink.v1.BatchGetLinksRequest.Item"> & {
@@ -740,6 +859,9 @@ export type BatchGetLinksRequest_Item = Message<"paylink.v1.BatchGetLinksRequest
   clientId: string;
 
   /**
+   * The GetLink request. Unset reads as an empty id, which names no link
+   * (NOT_FOUND).
+   *
    * @generated from field: paylink.v1.GetLinkRequest request = 2;
    */
   request?: GetLinkRequest | undefined;
@@ -753,19 +875,25 @@ export type BatchGetLinksRequest_Item = Message<"paylink.v1.BatchGetLinksRequest
   authorization: string;
 
   /**
-   * Its trace, as the x-request-id, traceparent and tracestate headers of
-   * GetLink: the item's log lines carry them.
+   * Its request id, as the x-request-id header of GetLink: the item's log
+   * lines carry it. Empty for none.
    *
    * @generated from field: string request_id = 4;
    */
   requestId: string;
 
   /**
+   * Its W3C traceparent, as the traceparent header of GetLink: the item
+   * runs in that trace. Empty (or malformed) starts a new trace.
+   *
    * @generated from field: string traceparent = 5;
    */
   traceparent: string;
 
   /**
+   * Its W3C tracestate, as the tracestate header of GetLink; kept only
+   * with a valid traceparent. Empty for none.
+   *
    * @generated from field: string tracestate = 6;
    */
   tracestate: string;
@@ -779,10 +907,14 @@ export const BatchGetLinksRequest_ItemSchema: GenMessage<BatchGetLinksRequest_It
   messageDesc(file_paylink_v1_link_service, 19, 0);
 
 /**
+ * BatchGetLinks' answer.
+ *
  * @generated from message paylink.v1.BatchGetLinksResponse
  */
 export type BatchGetLinksResponse = Message<"paylink.v1.BatchGetLinksResponse"> & {
   /**
+   * One per item, in the order of the items.
+   *
    * @generated from field: repeated paylink.v1.BatchGetLinksResponse.Result results = 1;
    */
   results: BatchGetLinksResponse_Result[];
@@ -796,14 +928,20 @@ export const BatchGetLinksResponseSchema: GenMessage<BatchGetLinksResponse> = /*
   messageDesc(file_paylink_v1_link_service, 20);
 
 /**
+ * One item's outcome.
+ *
  * @generated from message paylink.v1.BatchGetLinksResponse.Result
  */
 export type BatchGetLinksResponse_Result = Message<"paylink.v1.BatchGetLinksResponse.Result"> & {
   /**
+   * Exactly one is set.
+   *
    * @generated from oneof paylink.v1.BatchGetLinksResponse.Result.result
    */
   result: {
     /**
+     * What GetLink would have answered.
+     *
      * @generated from field: paylink.v1.GetLinkResponse response = 1;
      */
     value: GetLinkResponse;
@@ -828,6 +966,8 @@ export const BatchGetLinksResponse_ResultSchema: GenMessage<BatchGetLinksRespons
   messageDesc(file_paylink_v1_link_service, 20, 0);
 
 /**
+ * BatchCreateLinks' request: many CreateLink calls, each of its own caller.
+ *
  * @generated from message paylink.v1.BatchCreateLinksRequest
  */
 export type BatchCreateLinksRequest = Message<"paylink.v1.BatchCreateLinksRequest"> & {
@@ -847,6 +987,8 @@ export const BatchCreateLinksRequestSchema: GenMessage<BatchCreateLinksRequest> 
   messageDesc(file_paylink_v1_link_service, 21);
 
 /**
+ * One CreateLink call: its caller, its request and its trace.
+ *
  * @generated from message paylink.v1.BatchCreateLinksRequest.Item
  */
 export type BatchCreateLinksRequest_Item = Message<"paylink.v1.BatchCreateLinksRequest.Item"> & {
@@ -858,6 +1000,9 @@ export type BatchCreateLinksRequest_Item = Message<"paylink.v1.BatchCreateLinksR
   clientId: string;
 
   /**
+   * Required: the CreateLink request (unset: this item's INVALID_ARGUMENT
+   * "request is required").
+   *
    * @generated from field: paylink.v1.CreateLinkRequest request = 2;
    */
   request?: CreateLinkRequest | undefined;
@@ -870,19 +1015,25 @@ export type BatchCreateLinksRequest_Item = Message<"paylink.v1.BatchCreateLinksR
   authorization: string;
 
   /**
-   * Its trace, as the x-request-id, traceparent and tracestate headers of
-   * CreateLink.
+   * Its request id, as the x-request-id header of CreateLink: the item's
+   * log lines carry it. Empty for none.
    *
    * @generated from field: string request_id = 4;
    */
   requestId: string;
 
   /**
+   * Its W3C traceparent, as the traceparent header of CreateLink: the item
+   * runs in that trace. Empty (or malformed) starts a new trace.
+   *
    * @generated from field: string traceparent = 5;
    */
   traceparent: string;
 
   /**
+   * Its W3C tracestate, as the tracestate header of CreateLink; kept only
+   * with a valid traceparent. Empty for none.
+   *
    * @generated from field: string tracestate = 6;
    */
   tracestate: string;
@@ -896,10 +1047,14 @@ export const BatchCreateLinksRequest_ItemSchema: GenMessage<BatchCreateLinksRequ
   messageDesc(file_paylink_v1_link_service, 21, 0);
 
 /**
+ * BatchCreateLinks' answer.
+ *
  * @generated from message paylink.v1.BatchCreateLinksResponse
  */
 export type BatchCreateLinksResponse = Message<"paylink.v1.BatchCreateLinksResponse"> & {
   /**
+   * One per item, in the order of the items.
+   *
    * @generated from field: repeated paylink.v1.BatchCreateLinksResponse.Result results = 1;
    */
   results: BatchCreateLinksResponse_Result[];
@@ -913,20 +1068,29 @@ export const BatchCreateLinksResponseSchema: GenMessage<BatchCreateLinksResponse
   messageDesc(file_paylink_v1_link_service, 22);
 
 /**
+ * One item's outcome.
+ *
  * @generated from message paylink.v1.BatchCreateLinksResponse.Result
  */
 export type BatchCreateLinksResponse_Result = Message<"paylink.v1.BatchCreateLinksResponse.Result"> & {
   /**
+   * Exactly one is set.
+   *
    * @generated from oneof paylink.v1.BatchCreateLinksResponse.Result.result
    */
   result: {
     /**
+     * What CreateLink would have answered; its link, if any, is committed.
+     *
      * @generated from field: paylink.v1.CreateLinkResponse response = 1;
      */
     value: CreateLinkResponse;
     case: "response";
   } | {
     /**
+     * The error CreateLink would have answered, with the same code,
+     * message and details.
+     *
      * @generated from field: google.rpc.Status error = 2;
      */
     value: Status;
@@ -942,10 +1106,15 @@ export const BatchCreateLinksResponse_ResultSchema: GenMessage<BatchCreateLinksR
   messageDesc(file_paylink_v1_link_service, 22, 0);
 
 /**
+ * GetPayment's request.
+ *
  * @generated from message paylink.v1.GetPaymentRequest
  */
 export type GetPaymentRequest = Message<"paylink.v1.GetPaymentRequest"> & {
   /**
+   * The id of the caller's link, in any status. NOT_FOUND and
+   * PERMISSION_DENIED as for GetLinkRequest.id.
+   *
    * @generated from field: string link_id = 1;
    */
   linkId: string;
@@ -959,10 +1128,14 @@ export const GetPaymentRequestSchema: GenMessage<GetPaymentRequest> = /*@__PURE_
   messageDesc(file_paylink_v1_link_service, 23);
 
 /**
+ * GetPayment's answer.
+ *
  * @generated from message paylink.v1.GetPaymentResponse
  */
 export type GetPaymentResponse = Message<"paylink.v1.GetPaymentResponse"> & {
   /**
+   * The link's payment: a link has at most one.
+   *
    * @generated from field: paylink.v1.Payment payment = 1;
    */
   payment?: Payment | undefined;
@@ -989,6 +1162,8 @@ export type CardSummary = Message<"paylink.v1.CardSummary"> & {
   brand: string;
 
   /**
+   * The card number's last four digits.
+   *
    * @generated from field: string last4 = 2;
    */
   last4: string;
@@ -1002,6 +1177,8 @@ export const CardSummarySchema: GenMessage<CardSummary> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 25);
 
 /**
+ * The payment that paid a link.
+ *
  * @generated from message paylink.v1.Payment
  */
 export type Payment = Message<"paylink.v1.Payment"> & {
@@ -1013,6 +1190,8 @@ export type Payment = Message<"paylink.v1.Payment"> & {
   id: string;
 
   /**
+   * The link it paid.
+   *
    * @generated from field: string link_id = 2;
    */
   linkId: string;
@@ -1025,11 +1204,15 @@ export type Payment = Message<"paylink.v1.Payment"> & {
   transactionId: string;
 
   /**
+   * Always SUCCEEDED.
+   *
    * @generated from field: paylink.v1.PaymentStatus status = 4;
    */
   status: PaymentStatus;
 
   /**
+   * How the customer paid: CARD or BANK_TRANSFER.
+   *
    * @generated from field: paylink.v1.PaymentMethod payment_method = 5;
    */
   paymentMethod: PaymentMethod;
@@ -1042,11 +1225,16 @@ export type Payment = Message<"paylink.v1.Payment"> & {
   card?: CardSummary | undefined;
 
   /**
+   * What the customer paid: the link's data.amount, in minor units.
+   *
    * @generated from field: paylink.v1.Amount amount = 7;
    */
   amount?: Amount | undefined;
 
   /**
+   * When the payment was made: the moment the link became USED (its
+   * updated_at).
+   *
    * @generated from field: google.protobuf.Timestamp created_at = 8;
    */
   createdAt?: Timestamp | undefined;
@@ -1067,6 +1255,8 @@ export const PaymentSchema: GenMessage<Payment> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 26);
 
 /**
+ * One request of an event to the link's webhook.
+ *
  * @generated from message paylink.v1.DeliveryAttempt
  */
 export type DeliveryAttempt = Message<"paylink.v1.DeliveryAttempt"> & {
@@ -1100,6 +1290,8 @@ export type DeliveryAttempt = Message<"paylink.v1.DeliveryAttempt"> & {
   error?: string | undefined;
 
   /**
+   * How long the attempt took, in milliseconds.
+   *
    * @generated from field: int32 duration_ms = 5;
    */
   durationMs: number;
@@ -1133,16 +1325,23 @@ export type LinkEvent = Message<"paylink.v1.LinkEvent"> & {
   type: string;
 
   /**
+   * When the event happened: for payment.completed, the payment's moment.
+   *
    * @generated from field: google.protobuf.Timestamp created_at = 3;
    */
   createdAt?: Timestamp | undefined;
 
   /**
+   * What became of its delivery, as of now.
+   *
    * @generated from field: paylink.v1.DeliveryStatus status = 4;
    */
   status: DeliveryStatus;
 
   /**
+   * Every attempt recorded, by number (oldest first), redeliveries included;
+   * empty before the first.
+   *
    * @generated from field: repeated paylink.v1.DeliveryAttempt attempts = 5;
    */
   attempts: DeliveryAttempt[];
@@ -1163,10 +1362,15 @@ export const LinkEventSchema: GenMessage<LinkEvent> = /*@__PURE__*/
   messageDesc(file_paylink_v1_link_service, 28);
 
 /**
+ * ListLinkEvents' request.
+ *
  * @generated from message paylink.v1.ListLinkEventsRequest
  */
 export type ListLinkEventsRequest = Message<"paylink.v1.ListLinkEventsRequest"> & {
   /**
+   * The id of the caller's link, in any status. NOT_FOUND and
+   * PERMISSION_DENIED as for GetLinkRequest.id.
+   *
    * @generated from field: string link_id = 1;
    */
   linkId: string;
@@ -1180,11 +1384,13 @@ export const ListLinkEventsRequestSchema: GenMessage<ListLinkEventsRequest> = /*
   messageDesc(file_paylink_v1_link_service, 29);
 
 /**
+ * ListLinkEvents' answer.
+ *
  * @generated from message paylink.v1.ListLinkEventsResponse
  */
 export type ListLinkEventsResponse = Message<"paylink.v1.ListLinkEventsResponse"> & {
   /**
-   * Oldest first.
+   * Oldest first; empty before the link is paid.
    *
    * @generated from field: repeated paylink.v1.LinkEvent events = 1;
    */
@@ -1199,15 +1405,24 @@ export const ListLinkEventsResponseSchema: GenMessage<ListLinkEventsResponse> = 
   messageDesc(file_paylink_v1_link_service, 30);
 
 /**
+ * RedeliverEvent's request.
+ *
  * @generated from message paylink.v1.RedeliverEventRequest
  */
 export type RedeliverEventRequest = Message<"paylink.v1.RedeliverEventRequest"> & {
   /**
+   * The id of the caller's link, in any status. NOT_FOUND and
+   * PERMISSION_DENIED as for GetLinkRequest.id.
+   *
    * @generated from field: string link_id = 1;
    */
   linkId: string;
 
   /**
+   * The event's id (LinkEvent.id), in any delivery status but NO_WEBHOOK
+   * (FAILED_PRECONDITION with reason LINK_HAS_NO_WEBHOOK). NOT_FOUND "Event
+   * not found" when it names no event of the link.
+   *
    * @generated from field: string event_id = 2;
    */
   eventId: string;
@@ -1221,10 +1436,14 @@ export const RedeliverEventRequestSchema: GenMessage<RedeliverEventRequest> = /*
   messageDesc(file_paylink_v1_link_service, 31);
 
 /**
+ * RedeliverEvent's answer.
+ *
  * @generated from message paylink.v1.RedeliverEventResponse
  */
 export type RedeliverEventResponse = Message<"paylink.v1.RedeliverEventResponse"> & {
   /**
+   * The event, PENDING again, with the attempts made so far.
+   *
    * @generated from field: paylink.v1.LinkEvent event = 1;
    */
   event?: LinkEvent | undefined;
@@ -1238,6 +1457,9 @@ export const RedeliverEventResponseSchema: GenMessage<RedeliverEventResponse> = 
   messageDesc(file_paylink_v1_link_service, 32);
 
 /**
+ * GetCaller's request: the caller is the call's client-id (and
+ * authorization) header, so it carries nothing.
+ *
  * @generated from message paylink.v1.GetCallerRequest
  */
 export type GetCallerRequest = Message<"paylink.v1.GetCallerRequest"> & {
@@ -1251,10 +1473,15 @@ export const GetCallerRequestSchema: GenMessage<GetCallerRequest> = /*@__PURE__*
   messageDesc(file_paylink_v1_link_service, 33);
 
 /**
+ * GetCaller's answer.
+ *
  * @generated from message paylink.v1.GetCallerResponse
  */
 export type GetCallerResponse = Message<"paylink.v1.GetCallerResponse"> & {
   /**
+   * The caller's client id: the client-id header's value, spaces around it
+   * dropped, as every call reads it.
+   *
    * @generated from field: string client_id = 1;
    */
   clientId: string;
@@ -1268,15 +1495,21 @@ export const GetCallerResponseSchema: GenMessage<GetCallerResponse> = /*@__PURE_
   messageDesc(file_paylink_v1_link_service, 34);
 
 /**
+ * What a link is for. Every link is PAYMENT.
+ *
  * @generated from enum paylink.v1.LinkType
  */
 export enum LinkType {
   /**
+   * No type: CreateLink refuses it (INVALID_ARGUMENT "type must be payment").
+   *
    * @generated from enum value: LINK_TYPE_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
 
   /**
+   * A one-time payment link: the only type.
+   *
    * @generated from enum value: LINK_TYPE_PAYMENT = 1;
    */
   PAYMENT = 1,
@@ -1289,25 +1522,39 @@ export const LinkTypeSchema: GenEnum<LinkType> = /*@__PURE__*/
   enumDesc(file_paylink_v1_link_service, 0);
 
 /**
+ * A link's status, always as of now. A link starts CREATED and moves once,
+ * to USED or EXPIRED, and stays there.
+ *
  * @generated from enum paylink.v1.LinkStatus
  */
 export enum LinkStatus {
   /**
+   * No link has it. In ListLinksRequest.status: links in any status.
+   *
    * @generated from enum value: LINK_STATUS_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
 
   /**
+   * Live: not paid, and its expires_at has not passed. The customer can pay it.
+   *
    * @generated from enum value: LINK_STATUS_CREATED = 1;
    */
   CREATED = 1,
 
   /**
+   * Paid: its one payment succeeded (GetPayment shows it). A further payment
+   * attempt and ExpireLink answer FAILED_PRECONDITION with reason LINK_USED.
+   *
    * @generated from enum value: LINK_STATUS_USED = 2;
    */
   USED = 2,
 
   /**
+   * Not paid, and its expires_at has passed (or ExpireLink ended it).
+   * CompletePayment and ExpireLink answer FAILED_PRECONDITION with reason
+   * LINK_EXPIRED.
+   *
    * @generated from enum value: LINK_STATUS_EXPIRED = 3;
    */
   EXPIRED = 3,
@@ -1320,20 +1567,29 @@ export const LinkStatusSchema: GenEnum<LinkStatus> = /*@__PURE__*/
   enumDesc(file_paylink_v1_link_service, 1);
 
 /**
+ * How the customer pays.
+ *
  * @generated from enum paylink.v1.PaymentMethod
  */
 export enum PaymentMethod {
   /**
+   * No method: INVALID_ARGUMENT wherever a method is sent
+   * (LinkData.allowed_payment_methods, CompletePaymentRequest.payment_method).
+   *
    * @generated from enum value: PAYMENT_METHOD_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
 
   /**
+   * A card: CompletePaymentRequest.card is required.
+   *
    * @generated from enum value: PAYMENT_METHOD_CARD = 1;
    */
   CARD = 1,
 
   /**
+   * A bank transfer: no card is sent (INVALID_ARGUMENT if one is).
+   *
    * @generated from enum value: PAYMENT_METHOD_BANK_TRANSFER = 2;
    */
   BANK_TRANSFER = 2,
@@ -1346,15 +1602,22 @@ export const PaymentMethodSchema: GenEnum<PaymentMethod> = /*@__PURE__*/
   enumDesc(file_paylink_v1_link_service, 2);
 
 /**
+ * What became of a payment. Only a payment that succeeded is kept: a
+ * declined card makes none.
+ *
  * @generated from enum paylink.v1.PaymentStatus
  */
 export enum PaymentStatus {
   /**
+   * No payment has it.
+   *
    * @generated from enum value: PAYMENT_STATUS_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
 
   /**
+   * The payment went through and the link is USED: every payment has it.
+   *
    * @generated from enum value: PAYMENT_STATUS_SUCCEEDED = 1;
    */
   SUCCEEDED = 1,
@@ -1367,10 +1630,14 @@ export const PaymentStatusSchema: GenEnum<PaymentStatus> = /*@__PURE__*/
   enumDesc(file_paylink_v1_link_service, 3);
 
 /**
+ * What became of a webhook event's delivery.
+ *
  * @generated from enum paylink.v1.DeliveryStatus
  */
 export enum DeliveryStatus {
   /**
+   * No event has it.
+   *
    * @generated from enum value: DELIVERY_STATUS_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
@@ -1390,7 +1657,9 @@ export enum DeliveryStatus {
   DELIVERED = 2,
 
   /**
-   * Dead-lettered after the last attempt of the schedule failed.
+   * Dead-lettered: the last attempt of the schedule failed, or the first was
+   * refused and none would do better (an address the notifier may not reach,
+   * a URL it cannot send to).
    *
    * @generated from enum value: DELIVERY_STATUS_FAILED = 3;
    */

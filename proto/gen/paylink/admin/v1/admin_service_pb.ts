@@ -15,6 +15,8 @@ export const file_paylink_admin_v1_admin_service: GenFile = /*@__PURE__*/
   fileDesc("CiRwYXlsaW5rL2FkbWluL3YxL2FkbWluX3NlcnZpY2UucHJvdG8SEHBheWxpbmsuYWRtaW4udjEiyAEKBkFwaUtleRIKCgJpZBgBIAEoCRIRCgljbGllbnRfaWQYAiABKAkSDQoFbGFzdDQYAyABKAkSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF91c2VkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXZva2VkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoChNDcmVhdGVBcGlLZXlSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJRChRDcmVhdGVBcGlLZXlSZXNwb25zZRIpCgdhcGlfa2V5GAEgASgLMhgucGF5bGluay5hZG1pbi52MS5BcGlLZXkSDgoGc2VjcmV0GAIgASgJIicKEkxpc3RBcGlLZXlzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkiQQoTTGlzdEFwaUtleXNSZXNwb25zZRIqCghhcGlfa2V5cxgBIAMoCzIYLnBheWxpbmsuYWRtaW4udjEuQXBpS2V5IiEKE1Jldm9rZUFwaUtleVJlcXVlc3QSCgoCaWQYASABKAkiQQoUUmV2b2tlQXBpS2V5UmVzcG9uc2USKQoHYXBpX2tleRgBIAEoCzIYLnBheWxpbmsuYWRtaW4udjEuQXBpS2V5MqgCCgxBZG1pblNlcnZpY2USXQoMQ3JlYXRlQXBpS2V5EiUucGF5bGluay5hZG1pbi52MS5DcmVhdGVBcGlLZXlSZXF1ZXN0GiYucGF5bGluay5hZG1pbi52MS5DcmVhdGVBcGlLZXlSZXNwb25zZRJaCgtMaXN0QXBpS2V5cxIkLnBheWxpbmsuYWRtaW4udjEuTGlzdEFwaUtleXNSZXF1ZXN0GiUucGF5bGluay5hZG1pbi52MS5MaXN0QXBpS2V5c1Jlc3BvbnNlEl0KDFJldm9rZUFwaUtleRIlLnBheWxpbmsuYWRtaW4udjEuUmV2b2tlQXBpS2V5UmVxdWVzdBomLnBheWxpbmsuYWRtaW4udjEuUmV2b2tlQXBpS2V5UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
+ * A merchant's secret API key, without its secret.
+ *
  * @generated from message paylink.admin.v1.ApiKey
  */
 export type ApiKey = Message<"paylink.admin.v1.ApiKey"> & {
@@ -26,6 +28,8 @@ export type ApiKey = Message<"paylink.admin.v1.ApiKey"> & {
   id: string;
 
   /**
+   * The client whose requests present it.
+   *
    * @generated from field: string client_id = 2;
    */
   clientId: string;
@@ -38,6 +42,8 @@ export type ApiKey = Message<"paylink.admin.v1.ApiKey"> & {
   last4: string;
 
   /**
+   * When the key was made.
+   *
    * @generated from field: google.protobuf.Timestamp created_at = 4;
    */
   createdAt?: Timestamp | undefined;
@@ -65,6 +71,8 @@ export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
   messageDesc(file_paylink_admin_v1_admin_service, 0);
 
 /**
+ * CreateApiKey's request.
+ *
  * @generated from message paylink.admin.v1.CreateApiKeyRequest
  */
 export type CreateApiKeyRequest = Message<"paylink.admin.v1.CreateApiKeyRequest"> & {
@@ -86,10 +94,14 @@ export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__P
   messageDesc(file_paylink_admin_v1_admin_service, 1);
 
 /**
+ * CreateApiKey's answer: the only one that holds the secret.
+ *
  * @generated from message paylink.admin.v1.CreateApiKeyResponse
  */
 export type CreateApiKeyResponse = Message<"paylink.admin.v1.CreateApiKeyResponse"> & {
   /**
+   * The new key, active.
+   *
    * @generated from field: paylink.admin.v1.ApiKey api_key = 1;
    */
   apiKey?: ApiKey | undefined;
@@ -110,10 +122,15 @@ export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@_
   messageDesc(file_paylink_admin_v1_admin_service, 2);
 
 /**
+ * ListApiKeys' request.
+ *
  * @generated from message paylink.admin.v1.ListApiKeysRequest
  */
 export type ListApiKeysRequest = Message<"paylink.admin.v1.ListApiKeysRequest"> & {
   /**
+   * The client whose keys to list, with CreateApiKeyRequest.client_id's
+   * rules.
+   *
    * @generated from field: string client_id = 1;
    */
   clientId: string;
@@ -127,10 +144,15 @@ export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PUR
   messageDesc(file_paylink_admin_v1_admin_service, 3);
 
 /**
+ * ListApiKeys' answer.
+ *
  * @generated from message paylink.admin.v1.ListApiKeysResponse
  */
 export type ListApiKeysResponse = Message<"paylink.admin.v1.ListApiKeysResponse"> & {
   /**
+   * The client's keys, oldest first, revoked ones included; empty when it
+   * has none.
+   *
    * @generated from field: repeated paylink.admin.v1.ApiKey api_keys = 1;
    */
   apiKeys: ApiKey[];
@@ -144,6 +166,8 @@ export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__P
   messageDesc(file_paylink_admin_v1_admin_service, 4);
 
 /**
+ * RevokeApiKey's request.
+ *
  * @generated from message paylink.admin.v1.RevokeApiKeyRequest
  */
 export type RevokeApiKeyRequest = Message<"paylink.admin.v1.RevokeApiKeyRequest"> & {
@@ -163,10 +187,14 @@ export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__P
   messageDesc(file_paylink_admin_v1_admin_service, 5);
 
 /**
+ * RevokeApiKey's answer.
+ *
  * @generated from message paylink.admin.v1.RevokeApiKeyResponse
  */
 export type RevokeApiKeyResponse = Message<"paylink.admin.v1.RevokeApiKeyResponse"> & {
   /**
+   * The key, revoked_at set (its first revocation's, when revoked before).
+   *
    * @generated from field: paylink.admin.v1.ApiKey api_key = 1;
    */
   apiKey?: ApiKey | undefined;

@@ -15,20 +15,28 @@ export const file_paylink_internal_v1_delivery_service: GenFile = /*@__PURE__*/
   fileDesc("CipwYXlsaW5rL2ludGVybmFsL3YxL2RlbGl2ZXJ5X3NlcnZpY2UucHJvdG8SE3BheWxpbmsuaW50ZXJuYWwudjEiYAoTU3RhcnRBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRIPCgdsaW5rX2lkGAIgASgJEhIKCnBheW1lbnRfaWQYAyABKAkSEgoKZ2VuZXJhdGlvbhgEIAEoDSLsAQoUU3RhcnRBdHRlbXB0UmVzcG9uc2USNwoGYWN0aW9uGAEgASgOMicucGF5bGluay5pbnRlcm5hbC52MS5TdGFydEF0dGVtcHRBY3Rpb24SDgoGcmVhc29uGAIgASgJEhMKC3dlYmhvb2tfdXJsGAMgASgJEg8KB2FwaV9rZXkYBCABKAkSFgoOdHJhbnNhY3Rpb25faWQYBSABKAkSDwoHYXR0ZW1wdBgGIAEoDRITCgtsZWFzZV90b2tlbhgHIAEoCRITCgtyZXRyeV9pbl9tcxgIIAEoDRISCgpsYXN0X2Vycm9yGAkgASgJIrUCChRSZWNvcmRBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgNEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkdXJhdGlvbl9tcxgFIAEoDRIYCgtzdGF0dXNfY29kZRgGIAEoBUgAiAEBEhIKBWVycm9yGAcgASgJSAGIAQESNAoHb3V0Y29tZRgIIAEoDjIjLnBheWxpbmsuaW50ZXJuYWwudjEuQXR0ZW1wdE91dGNvbWUSEwoLcmV0cnlfaW5fbXMYCSABKA0SEgoKZXJyb3Jfa2luZBgKIAEoCUIOCgxfc3RhdHVzX2NvZGVCCAoGX2Vycm9yIjcKFVJlY29yZEF0dGVtcHRSZXNwb25zZRITCgZmYWlsZWQYASABKAhIAIgBAUIJCgdfZmFpbGVkIj4KFVJlbGVhc2VBdHRlbXB0UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCSIYChZSZWxlYXNlQXR0ZW1wdFJlc3BvbnNlIkAKGENvbmZpcm1EZWFkTGV0dGVyUmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgNIhsKGUNvbmZpcm1EZWFkTGV0dGVyUmVzcG9uc2UqwAEKElN0YXJ0QXR0ZW1wdEFjdGlvbhIkCiBTVEFSVF9BVFRFTVBUX0FDVElPTl9VTlNQRUNJRklFRBAAEiAKHFNUQVJUX0FUVEVNUFRfQUNUSU9OX0RFTElWRVIQARIdChlTVEFSVF9BVFRFTVBUX0FDVElPTl9TS0lQEAISHQoZU1RBUlRfQVRURU1QVF9BQ1RJT05fV0FJVBADEiQKIFNUQVJUX0FUVEVNUFRfQUNUSU9OX0RFQURfTEVUVEVSEAQqoQEKDkF0dGVtcHRPdXRjb21lEh8KG0FUVEVNUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEh0KGUFUVEVNUFRfT1VUQ09NRV9ERUxJVkVSRUQQARIYChRBVFRFTVBUX09VVENPTUVfR09ORRACEhkKFUFUVEVNUFRfT1VUQ09NRV9SRVRSWRADEhoKFkFUVEVNUFRfT1VUQ09NRV9GQUlMRUQQBDK9AwoPRGVsaXZlcnlTZXJ2aWNlEmMKDFN0YXJ0QXR0ZW1wdBIoLnBheWxpbmsuaW50ZXJuYWwudjEuU3RhcnRBdHRlbXB0UmVxdWVzdBopLnBheWxpbmsuaW50ZXJuYWwudjEuU3RhcnRBdHRlbXB0UmVzcG9uc2USZgoNUmVjb3JkQXR0ZW1wdBIpLnBheWxpbmsuaW50ZXJuYWwudjEuUmVjb3JkQXR0ZW1wdFJlcXVlc3QaKi5wYXlsaW5rLmludGVybmFsLnYxLlJlY29yZEF0dGVtcHRSZXNwb25zZRJpCg5SZWxlYXNlQXR0ZW1wdBIqLnBheWxpbmsuaW50ZXJuYWwudjEuUmVsZWFzZUF0dGVtcHRSZXF1ZXN0GisucGF5bGluay5pbnRlcm5hbC52MS5SZWxlYXNlQXR0ZW1wdFJlc3BvbnNlEnIKEUNvbmZpcm1EZWFkTGV0dGVyEi0ucGF5bGluay5pbnRlcm5hbC52MS5Db25maXJtRGVhZExldHRlclJlcXVlc3QaLi5wYXlsaW5rLmludGVybmFsLnYxLkNvbmZpcm1EZWFkTGV0dGVyUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
+ * StartAttempt's request: one copy of a payment.completed event.
+ *
  * @generated from message paylink.internal.v1.StartAttemptRequest
  */
 export type StartAttemptRequest = Message<"paylink.internal.v1.StartAttemptRequest"> & {
   /**
+   * The event's id (Event.id). A value that is not one is answered SKIP.
+   *
    * @generated from field: string event_id = 1;
    */
   eventId: string;
 
   /**
+   * The event's link (Event.link_id).
+   *
    * @generated from field: string link_id = 2;
    */
   linkId: string;
 
   /**
+   * The event's payment (PaymentCompleted.payment_id).
+   *
    * @generated from field: string payment_id = 3;
    */
   paymentId: string;
@@ -49,10 +57,14 @@ export const StartAttemptRequestSchema: GenMessage<StartAttemptRequest> = /*@__P
   messageDesc(file_paylink_internal_v1_delivery_service, 0);
 
 /**
+ * StartAttempt's answer.
+ *
  * @generated from message paylink.internal.v1.StartAttemptResponse
  */
 export type StartAttemptResponse = Message<"paylink.internal.v1.StartAttemptResponse"> & {
   /**
+   * What to do with the copy; the fields below say how.
+   *
    * @generated from field: paylink.internal.v1.StartAttemptAction action = 1;
    */
   action: StartAttemptAction;
@@ -79,6 +91,8 @@ export type StartAttemptResponse = Message<"paylink.internal.v1.StartAttemptResp
   apiKey: string;
 
   /**
+   * When DELIVER: the payment's transaction id, for the webhook's body.
+   *
    * @generated from field: string transaction_id = 5;
    */
   transactionId: string;
@@ -122,20 +136,29 @@ export const StartAttemptResponseSchema: GenMessage<StartAttemptResponse> = /*@_
   messageDesc(file_paylink_internal_v1_delivery_service, 1);
 
 /**
+ * RecordAttempt's request: one attempt made under a StartAttempt claim.
+ *
  * @generated from message paylink.internal.v1.RecordAttemptRequest
  */
 export type RecordAttemptRequest = Message<"paylink.internal.v1.RecordAttemptRequest"> & {
   /**
+   * The event's id. NOT_FOUND "Event not found" when it names no event.
+   *
    * @generated from field: string event_id = 1;
    */
   eventId: string;
 
   /**
+   * StartAttemptResponse.lease_token of the claim. A retried record with the
+   * same token logs nothing twice.
+   *
    * @generated from field: string lease_token = 2;
    */
   leaseToken: string;
 
   /**
+   * The generation the attempt belongs to (StartAttemptRequest.generation).
+   *
    * @generated from field: uint32 generation = 3;
    */
   generation: number;
@@ -148,21 +171,31 @@ export type RecordAttemptRequest = Message<"paylink.internal.v1.RecordAttemptReq
   at?: Timestamp | undefined;
 
   /**
+   * How long the attempt took, in milliseconds.
+   *
    * @generated from field: uint32 duration_ms = 5;
    */
   durationMs: number;
 
   /**
+   * The receiver's HTTP status, when it answered.
+   *
    * @generated from field: optional int32 status_code = 6;
    */
   statusCode?: number | undefined;
 
   /**
+   * Why the attempt failed, when it did, for the merchant's delivery log
+   * (DeliveryAttempt.error): at most 1000 characters are kept.
+   *
    * @generated from field: optional string error = 7;
    */
   error?: string | undefined;
 
   /**
+   * What the attempt came to: for the event's current schedule, it sets the
+   * event's status or its next attempt.
+   *
    * @generated from field: paylink.internal.v1.AttemptOutcome outcome = 8;
    */
   outcome: AttemptOutcome;
@@ -191,6 +224,8 @@ export const RecordAttemptRequestSchema: GenMessage<RecordAttemptRequest> = /*@_
   messageDesc(file_paylink_internal_v1_delivery_service, 2);
 
 /**
+ * RecordAttempt's answer.
+ *
  * @generated from message paylink.internal.v1.RecordAttemptResponse
  */
 export type RecordAttemptResponse = Message<"paylink.internal.v1.RecordAttemptResponse"> & {
@@ -214,10 +249,14 @@ export const RecordAttemptResponseSchema: GenMessage<RecordAttemptResponse> = /*
   messageDesc(file_paylink_internal_v1_delivery_service, 3);
 
 /**
+ * ReleaseAttempt's request.
+ *
  * @generated from message paylink.internal.v1.ReleaseAttemptRequest
  */
 export type ReleaseAttemptRequest = Message<"paylink.internal.v1.ReleaseAttemptRequest"> & {
   /**
+   * The event whose claim is given back.
+   *
    * @generated from field: string event_id = 1;
    */
   eventId: string;
@@ -238,6 +277,8 @@ export const ReleaseAttemptRequestSchema: GenMessage<ReleaseAttemptRequest> = /*
   messageDesc(file_paylink_internal_v1_delivery_service, 4);
 
 /**
+ * ReleaseAttempt's answer: nothing, whether or not the claim was still held.
+ *
  * @generated from message paylink.internal.v1.ReleaseAttemptResponse
  */
 export type ReleaseAttemptResponse = Message<"paylink.internal.v1.ReleaseAttemptResponse"> & {
@@ -251,10 +292,14 @@ export const ReleaseAttemptResponseSchema: GenMessage<ReleaseAttemptResponse> = 
   messageDesc(file_paylink_internal_v1_delivery_service, 5);
 
 /**
+ * ConfirmDeadLetter's request.
+ *
  * @generated from message paylink.internal.v1.ConfirmDeadLetterRequest
  */
 export type ConfirmDeadLetterRequest = Message<"paylink.internal.v1.ConfirmDeadLetterRequest"> & {
   /**
+   * The event whose dead letter was published.
+   *
    * @generated from field: string event_id = 1;
    */
   eventId: string;
@@ -275,6 +320,8 @@ export const ConfirmDeadLetterRequestSchema: GenMessage<ConfirmDeadLetterRequest
   messageDesc(file_paylink_internal_v1_delivery_service, 6);
 
 /**
+ * ConfirmDeadLetter's answer: nothing, whether or not it changed anything.
+ *
  * @generated from message paylink.internal.v1.ConfirmDeadLetterResponse
  */
 export type ConfirmDeadLetterResponse = Message<"paylink.internal.v1.ConfirmDeadLetterResponse"> & {
@@ -288,10 +335,14 @@ export const ConfirmDeadLetterResponseSchema: GenMessage<ConfirmDeadLetterRespon
   messageDesc(file_paylink_internal_v1_delivery_service, 7);
 
 /**
+ * What the notifier does with the copy it holds.
+ *
  * @generated from enum paylink.internal.v1.StartAttemptAction
  */
 export enum StartAttemptAction {
   /**
+   * Never answered.
+   *
    * @generated from enum value: START_ATTEMPT_ACTION_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
@@ -305,7 +356,8 @@ export enum StartAttemptAction {
 
   /**
    * Drop this copy: the event is settled, has no webhook, belongs to a newer
-   * schedule, or another copy holds its schedule. reason says which.
+   * schedule, or another copy holds its schedule, or the id names no event
+   * (not an event id, or unknown). reason says which.
    *
    * @generated from enum value: START_ATTEMPT_ACTION_SKIP = 2;
    */
@@ -335,10 +387,15 @@ export const StartAttemptActionSchema: GenEnum<StartAttemptAction> = /*@__PURE__
   enumDesc(file_paylink_internal_v1_delivery_service, 0);
 
 /**
+ * What one attempt came to, as the notifier judged it.
+ *
  * @generated from enum paylink.internal.v1.AttemptOutcome
  */
 export enum AttemptOutcome {
   /**
+   * Not sent by the notifier. An attempt recorded with it is logged, and the
+   * event's status and next attempt stay as they were.
+   *
    * @generated from enum value: ATTEMPT_OUTCOME_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,

@@ -17,6 +17,8 @@ export const file_paylink_internal_v1_link_batches: GenFile = /*@__PURE__*/
   fileDesc("CiZwYXlsaW5rL2ludGVybmFsL3YxL2xpbmtfYmF0Y2hlcy5wcm90bxITcGF5bGluay5pbnRlcm5hbC52MSKsAQoOQmF0Y2hlc1JlcXVlc3QSCgoCaWQYASABKA0SEgoKdGltZW91dF9tcxgCIAEoDRI1CglnZXRfbGlua3MYAyABKAsyIC5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXF1ZXN0SAASOwoMY3JlYXRlX2xpbmtzGAQgASgLMiMucGF5bGluay52MS5CYXRjaENyZWF0ZUxpbmtzUmVxdWVzdEgAQgYKBGNhbGwiwgEKD0JhdGNoZXNSZXNwb25zZRIKCgJpZBgBIAEoDRI2CglnZXRfbGlua3MYAiABKAsyIS5wYXlsaW5rLnYxLkJhdGNoR2V0TGlua3NSZXNwb25zZUgAEjwKDGNyZWF0ZV9saW5rcxgDIAEoCzIkLnBheWxpbmsudjEuQmF0Y2hDcmVhdGVMaW5rc1Jlc3BvbnNlSAASIwoFZXJyb3IYBCABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBmFuc3dlcjJsChBMaW5rQmF0Y2hTZXJ2aWNlElgKB0JhdGNoZXMSIy5wYXlsaW5rLmludGVybmFsLnYxLkJhdGNoZXNSZXF1ZXN0GiQucGF5bGluay5pbnRlcm5hbC52MS5CYXRjaGVzUmVzcG9uc2UoATABYgZwcm90bzM", [file_google_rpc_status, file_paylink_v1_link_service]);
 
 /**
+ * One call on the stream.
+ *
  * @generated from message paylink.internal.v1.BatchesRequest
  */
 export type BatchesRequest = Message<"paylink.internal.v1.BatchesRequest"> & {
@@ -36,16 +38,23 @@ export type BatchesRequest = Message<"paylink.internal.v1.BatchesRequest"> & {
   timeoutMs: number;
 
   /**
+   * Which call, and its request. Required: unset is answered with the error
+   * INVALID_ARGUMENT "call is required".
+   *
    * @generated from oneof paylink.internal.v1.BatchesRequest.call
    */
   call: {
     /**
+     * A BatchGetLinks call.
+     *
      * @generated from field: paylink.v1.BatchGetLinksRequest get_links = 3;
      */
     value: BatchGetLinksRequest;
     case: "getLinks";
   } | {
     /**
+     * A BatchCreateLinks call.
+     *
      * @generated from field: paylink.v1.BatchCreateLinksRequest create_links = 4;
      */
     value: BatchCreateLinksRequest;
@@ -61,6 +70,8 @@ export const BatchesRequestSchema: GenMessage<BatchesRequest> = /*@__PURE__*/
   messageDesc(file_paylink_internal_v1_link_batches, 0);
 
 /**
+ * The answer to one call on the stream.
+ *
  * @generated from message paylink.internal.v1.BatchesResponse
  */
 export type BatchesResponse = Message<"paylink.internal.v1.BatchesResponse"> & {
@@ -72,16 +83,22 @@ export type BatchesResponse = Message<"paylink.internal.v1.BatchesResponse"> & {
   id: number;
 
   /**
+   * Exactly one is set: the call's response, or its error.
+   *
    * @generated from oneof paylink.internal.v1.BatchesResponse.answer
    */
   answer: {
     /**
+     * What the unary BatchGetLinks would have answered.
+     *
      * @generated from field: paylink.v1.BatchGetLinksResponse get_links = 2;
      */
     value: BatchGetLinksResponse;
     case: "getLinks";
   } | {
     /**
+     * What the unary BatchCreateLinks would have answered.
+     *
      * @generated from field: paylink.v1.BatchCreateLinksResponse create_links = 3;
      */
     value: BatchCreateLinksResponse;
@@ -116,6 +133,9 @@ export const BatchesResponseSchema: GenMessage<BatchesResponse> = /*@__PURE__*/
  */
 export const LinkBatchService: GenService<{
   /**
+   * The stream of calls: each BatchesRequest is one call, answered by one
+   * BatchesResponse with its id.
+   *
    * @generated from rpc paylink.internal.v1.LinkBatchService.Batches
    */
   batches: {
