@@ -237,6 +237,8 @@ describe("grpc-js with @grpc/proto-loader, from the .proto files alone", () => {
     ["no description or items", request({ data: { amount: { value: "1", currency: "USD" } } }), "c", "data.description or data.items is required"],
     ["a blank description", request({ data: { amount: { value: "1", currency: "USD" }, description: " " } }), "c", "data.description must be 1 to 1000 characters and not blank"],
     ["item quantity 0", request({ data: { amount: { value: "1", currency: "USD" }, items: [{ name: "a", quantity: 0, amount: "1" }] } }), "c", "data.items[0].quantity must be an integer from 1 to 10000"],
+    // REST's schema refuses a negative amount before the LinkService sees it; over gRPC only the LinkService does.
+    ["item amount -1 (a cent below 0)", request({ data: { amount: { value: "1", currency: "USD" }, items: [{ name: "a", quantity: 1, amount: "-1" }] } }), "c", "data.items[0].amount must be at least 0"],
     ["an unspecified payment method", request({ data: { amount: { value: "1", currency: "USD" }, description: "x", allowed_payment_methods: ["PAYMENT_METHOD_UNSPECIFIED"] } }), "c", "data.allowed_payment_methods[0] must be one of card, bank_transfer"],
     ["metadata webhook not a URL", request({ metadata: { webhook: "nope" } }), "c", "metadata.webhook must be an absolute http or https URL of at most 2048 characters"],
   ])("CreateLink with %s: INVALID_ARGUMENT with REST's message", async (_name, req, clientId, message) => {

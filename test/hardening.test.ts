@@ -98,7 +98,7 @@ describe("REST", () => {
 
   it("carries back redirect_url and cancel_url as sent; the page and the redirect use their canonical form", async () => {
     const sent = {
-      redirect_url: "HTTPS://Shop.Example.com:443/a/../done?flag&sig=a%2Fb~c&x=1;y=2&q=%20+&link_id=old#top",
+      redirect_url: "HTTPS://Shop.Example.com:443/a/../done?flag&payment_id=old&sig=a%2Fb~c&x=1;y=2&q=%20+&link_id=old#top",
       cancel_url: "HTTPS://Shop.Example.com:443/a/../cancel",
     };
     const res = await createWith({}, sent);
@@ -110,7 +110,7 @@ describe("REST", () => {
     expect(page).toContain('href="https://shop.example.com/cancel"');
     const paid = await api(stack, "POST", `/link/${res.body.id}/pay`, { clientId: null, body: { payment_method: "bank_transfer" } });
     expect(paid.status).toBe(200);
-    // The merchant's own query as written (a signed one still verifies); ours replaces a stale link_id.
+    // The merchant's own query as written (a signed one still verifies); ours replace a stale link_id and payment_id.
     expect(paid.body.redirect_url).toBe(
       `https://shop.example.com/done?flag&sig=a%2Fb~c&x=1;y=2&q=%20+&link_id=${res.body.id}&payment_id=${paid.body.payment_id}#top`,
     );

@@ -89,6 +89,16 @@ describe("GET /v1/links", () => {
     expect(await ids("expired")).toEqual([[soon.id, "expired"]]);
   });
 
+  it("lists a link at the very millisecond of its expires_at as expired, as a read of it answers (410)", async () => {
+    const me = uniqueClient();
+    const link = await createLink(me, { expires_in: 60 });
+    stack.clock.set(new Date(link.expires_at));
+    const ids = async (status: string) => (await api(stack, "GET", `/v1/links?status=${status}`, { clientId: me })).body.data.map((l: { id: string }) => l.id);
+    expect((await api(stack, "GET", `/v1/links/${link.id}`, { clientId: me })).status).toBe(410);
+    expect(await ids("created")).toEqual([]);
+    expect(await ids("expired")).toEqual([link.id]);
+  });
+
   it.each([
     ["limit=0", "limit must be an integer from 1 to 100"],
     ["limit=101", "limit must be an integer from 1 to 100"],
@@ -664,9 +674,10 @@ describe("Client-Id", () => {
   it("is at most 255 characters: a longer one is a 400, never a database error", async () => {
     const ok = await api(stack, "POST", "/v1/links", { clientId: "c".repeat(255), body: validLink() });
     expect(ok.status).toBe(201);
-    const long = await api(stack, "POST", "/v1/links", { clientId: "c".repeat(4000), body: validLink() });
-    expect(long.status).toBe(400);
-    expect(long.body).toEqual({ error: "Client ID header must be at most 255 printable characters" });
+    for (const length of [256, 4000]) {
+      const long = await api(stack, "POST", "/v1/links", { clientId: "c".repeat(length), body: validLink() });
+      expect({ length, status: long.status, body: long.body }).toEqual({ length, status: 400, body: { error: "Client ID header must be at most 255 printable characters" } });
+    }
     const list = await api(stack, "GET", "/v1/links", { clientId: "c".repeat(4000) });
     expect(list.status).toBe(400);
   });

@@ -7,8 +7,8 @@ import { sql } from "drizzle-orm";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LinkService, PaymentMethod } from "../proto/gen/paylink/v1/link_service_pb.js";
-import { hashSecret, newSecret } from "../services/links/auth.js";
-import { insertKey } from "../services/links/key-store.js";
+import { hashSecret, KEY_CACHE_MS, newSecret } from "../services/links/auth.js";
+import { insertKey, revokeKey } from "../services/links/key-store.js";
 import { newKeyId } from "../services/shared/ids.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
 
@@ -169,6 +169,42 @@ describe("per client on /v1", () => {
     } finally {
       await own.close();
     }
+  });
+});
+
+describe("with PAYLINK_AUTH=api-key, only a 2xx proves a key, and a 401 unproves it", () => {
+  let own: Stack;
+  beforeAll(async () => {
+    own = await startStack({ auth: "api-key", gateway: { rateLimitClient: { max: 2, windowMs: 60_000 } } });
+  });
+  afterAll(() => own?.close());
+  const get = async (clientId: string, authorization?: string) =>
+    (await api(own, "GET", "/v1/links", { clientId, ...(authorization && { headers: { authorization } }) })).status;
+
+  it("a made-up key refused by its own budget (429) is not taken for its client's: it spends none of the merchant's", async () => {
+    // The merchant's key, proven by its first answer: the client's bucket of 2 × 2, one token spent.
+    expect(await get("rl-proven")).toBe(200);
+    const stranger = [];
+    for (let i = 0; i < 8; i++) stranger.push(await get("rl-proven", `Bearer sk_test_${"7".repeat(32)}`));
+    // Its own bucket of 4, then 429s, which prove nothing.
+    expect(stranger).toEqual([401, 401, 401, 401, 429, 429, 429, 429]);
+    expect([await get("rl-proven"), await get("rl-proven"), await get("rl-proven"), await get("rl-proven")]).toEqual([200, 200, 200, 429]);
+  });
+
+  it("a proven key answered 401 once revoked is taken back out: whoever holds it no longer spends its client's budget", async () => {
+    const id = newKeyId();
+    const secret = newSecret("test");
+    await insertKey(own.db, { id, clientId: "rl-revoked", secretHash: hashSecret(secret), last4: secret.slice(-4), createdAt: new Date() });
+    // Both keys proven: the client's one bucket of 2 × 2, of which the merchant's first request spent one
+    // (the other key's first drew on a bucket of its own, 4 - 1 left).
+    expect([await get("rl-revoked"), await get("rl-revoked", `Bearer ${secret}`)]).toEqual([200, 200]);
+    await revokeKey(own.db, id, own.clock.now());
+    own.clock.advance(KEY_CACHE_MS + 1_000);
+    const revoked = [];
+    for (let i = 0; i < 6; i++) revoked.push(await get("rl-revoked", `Bearer ${secret}`));
+    // Its first 401 spent one of the client's tokens; the rest drew on its own bucket's 3.
+    expect(revoked).toEqual([401, 401, 401, 401, 429, 429]);
+    expect([await get("rl-revoked"), await get("rl-revoked"), await get("rl-revoked")]).toEqual([200, 200, 429]);
   });
 });
 
