@@ -10,15 +10,19 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   CreateLinkRequestSchema,
+  CreateLinkResponseSchema,
   LinkService,
   LinkStatus,
   LinkType,
   PaymentMethod,
 } from "../proto/gen/paylink/v1/link_service_pb.js";
 import { EventSchema } from "../proto/gen/paylink/v1/events_pb.js";
-import { dropKey, listLinks } from "../services/links/store.js";
+import type { Executor } from "../services/links/db.js";
+import { createIdempotency } from "../services/links/idempotency.js";
+import { dropKey, insertLink, listLinks } from "../services/links/store.js";
 import { newLinkId } from "../services/shared/ids.js";
 import { createSweeper, type SweeperOptions } from "../services/links/sweeper.js";
+import { testClock } from "./support/clock.js";
 import { createDatabase } from "./support/database.js";
 import { waitFor } from "./support/nats.js";
 import { api, type Stack, startStack, validLink } from "./support/stack.js";
@@ -273,6 +277,41 @@ describe("POST /v1/links/{id}/expire", () => {
 describe("Idempotency-Key", () => {
   const post = (clientId: string, key: string, body: unknown) =>
     api(stack, "POST", "/v1/links", { clientId, body, headers: { "idempotency-key": key } });
+
+  it("rolls back a first request slow enough to be taken for abandoned (5 minutes): its retry's link is the key's only one", async () => {
+    const clock = testClock(stack.clock.now());
+    const idempotency = createIdempotency({ db: stack.db, clock });
+    const clientId = uniqueClient();
+    const req = create(CreateLinkRequestSchema, { idempotencyKey: "slow-first" });
+    const work = async (tx: Executor) => {
+      const now = clock.now();
+      const row = await insertLink(tx, { id: newLinkId(), clientId, data: {}, metadata: {}, expiresAt: new Date(now.getTime() + 3_600_000), createdAt: now, updatedAt: now });
+      return create(CreateLinkResponseSchema, { link: { id: row.id } });
+    };
+    let letGo!: () => void;
+    const held = new Promise<void>((resolve) => (letGo = resolve));
+    let started!: () => void;
+    const working = new Promise<void>((resolve) => (started = resolve));
+    // The first request has made its link, uncommitted, and stalls past the time a key is held for.
+    const first = idempotency
+      .run(clientId, req, async (tx) => {
+        const res = await work(tx);
+        started();
+        await held;
+        return res;
+      })
+      .catch((err: unknown) => err);
+    await working;
+    clock.advance(5 * 60_000 + 1_000);
+    // The retry takes the key over, and waits on the first's lock on it to do its work.
+    const retry = idempotency.run(clientId, req, work);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    letGo();
+    const [a, b] = await Promise.all([first, retry]);
+    expect(ConnectError.from(a).code).toBe(Code.Aborted);
+    const links = await stack.db.execute<{ id: string }>(sql`SELECT id FROM links WHERE client_id = ${clientId}`);
+    expect(links.map((l) => l.id)).toEqual([b.link!.id]);
+  });
 
   it("replays the first answer for the same key and body", async () => {
     const me = uniqueClient();

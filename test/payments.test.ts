@@ -491,6 +491,31 @@ describe("when the processor or the clock get in the way", () => {
     expect([...sandbox.authorizations.values()]).toEqual(["captured"]);
   });
 
+  it("leaves the hold alone when what became of its COMMIT cannot be learnt: a payment that landed is never voided", async () => {
+    const id = await createLink();
+    const sandbox = createSandboxProcessor();
+    // The COMMIT lands and its answer is lost; then the database cannot be asked what became of it.
+    let committed = false;
+    const unreachable = Object.create(stack.db, {
+      transaction: {
+        value: async (work: Parameters<typeof stack.db.transaction>[0]) => {
+          await stack.db.transaction(work);
+          committed = true;
+          throw new Error("connection lost");
+        },
+      },
+      execute: {
+        value: (...args: Parameters<typeof stack.db.execute>) => (committed ? Promise.reject(new Error("connection lost")) : stack.db.execute(...args)),
+      },
+    }) as typeof stack.db;
+    const err = await paymentsWith(sandbox, undefined, unreachable).complete(bankTransfer(id)).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    // The payment is recorded; its hold is neither voided (the merchant would never be paid) nor captured here:
+    // the capture job finishes it.
+    expect(await paymentRows(id)).toHaveLength(1);
+    expect([...sandbox.authorizations.values()]).toEqual(["authorized"]);
+  });
+
   it("voids the hold of an attempt that lost the race though the answer to its COMMIT was lost", async () => {
     const id = await createLink();
     const sandbox = createSandboxProcessor();
