@@ -622,6 +622,18 @@ describe("expiry sweeper", () => {
     expect(after.body.data).toHaveLength(5);
   });
 
+  it("wakes the relay after a sweep that expired a link, even one alone, and not after one that expired none", async () => {
+    await createSweeper({ db: own.db, clock: own.clock, logger: pino({ level: "silent" }) }).sweep();
+    await api(own, "POST", "/v1/links", { clientId: uniqueClient(), body: validLink({ expires_in: 60 }) });
+    own.clock.advance(60_000);
+    let wakes = 0;
+    const sweeper = createSweeper({ db: own.db, clock: own.clock, logger: pino({ level: "silent" }), onEventsCommitted: () => wakes++ });
+    expect(await sweeper.sweep()).toBe(1);
+    expect(wakes).toBe(1);
+    expect(await sweeper.sweep()).toBe(0);
+    expect(wakes).toBe(1);
+  });
+
   it("uses the partial index on expires_at", async () => {
     const plan = await own.db.execute<{ "QUERY PLAN": string }>(sql`
       EXPLAIN SELECT id FROM links WHERE status = 'created' AND expires_at <= now()

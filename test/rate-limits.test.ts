@@ -302,7 +302,8 @@ describe("per link, across LinkService copies", () => {
       // Declines and an invalid card, alternating between the copies.
       for (let i = 0; i < 4; i++) await expect(pay(i % 2, DECLINED)).rejects.toMatchObject({ code: Code.FailedPrecondition });
       await expect(pay(0, "4242424242424241")).rejects.toMatchObject({ code: Code.InvalidArgument });
-      stack.clock.advance(10 * 60_000);
+      // Half a second past ten minutes: what is left of the hour, 2,999.5 s, is told rounded up.
+      stack.clock.advance(10 * 60_000 + 500);
       // Locked on both copies, even for a good card.
       await expect(pay(1, "4242424242424242")).rejects.toMatchObject({ code: Code.ResourceExhausted });
       await expect(pay(0, "4242424242424242")).rejects.toMatchObject({ code: Code.ResourceExhausted });
