@@ -806,16 +806,18 @@ describe("when the processor or the clock get in the way", () => {
     }
   });
 
-  it("answers a wait for room that outlasts its limit as the processor's slowness (503, to try again), not as failures (429): none failed", async () => {
+  it.each<[string, Awaited<ReturnType<Attempts["begin"]>>]>([
+    ["for room among a link's attempts (five of others', on a slow processor)", "room"],
+    ["for the try with its own key (still authorizing)", "same key"],
+  ])("answers a wait %s that outlasts its limit as the processor's slowness (503, to try again), never as failures (429): none failed", async (_name, wait) => {
     const id = await createLink();
-    // Five attempts of others, on a processor slower than the wait, fill the room throughout.
-    const attempts: Attempts = { begin: async () => "room" };
+    const attempts: Attempts = { begin: async () => wait };
     const payments = createPayments({ db: stack.db, clock: stack.clock, processor: createSandboxProcessor(), logger: silent, onEventsCommitted: () => {}, attempts });
-    const err = await payments.complete(bankTransfer(id)).catch((e: unknown) => e);
+    const err = await payments.complete(create(CompletePaymentRequestSchema, { ...bankTransfer(id), idempotencyKey: "waits" })).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Unavailable);
     expect((err as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe("PROCESSOR_UNAVAILABLE");
-  }, 20_000);
+  }, 40_000);
 
   it("counts a wait for the try with its key apart from the wait for room: no 429 for a customer with no failures", async () => {
     const id = await createLink();
