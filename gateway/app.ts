@@ -130,7 +130,12 @@ export function buildGateway(deps: GatewayDeps): FastifyInstance {
       afterAnswersBefore(refused, socket, () => answerAndClose(socket, answer));
     },
   });
-  drainGently(app.server, { stalledAnswerMs: requestTimeout });
+  drainGently(app.server, {
+    stalledAnswerMs: requestTimeout,
+    // Info, not a warning: it is the client's doing, and a scan of slow readers would flood warnings.
+    onStalled: (socket, stalledMs) =>
+      deps.logger.info({ remoteAddress: socket.remoteAddress, unsentBytes: socket.writableLength, stalledMs }, "connection closed: its client took none of its answer"),
+  });
   runPipelinedInTurn(app.server);
   // A client that sends its request and then closes its side (FIN) is still
   // reading: Node's default aborted every request on the connection, and a

@@ -25,7 +25,7 @@ type Watched = net.Socket & { [SENT]?: number; [MOVED_AT]?: number };
  * A client that sends at that very moment meets the race every keep-alive
  * timeout has, and nothing more.
  */
-export function drainGently(server: http.Server, opts: { stalledAnswerMs: number }): void {
+export function drainGently(server: http.Server, opts: { stalledAnswerMs: number; onStalled?: (socket: net.Socket, stalledMs: number) => void }): void {
   // Per connection, not per request: the hot path pays nothing for it.
   const sockets = new Set<net.Socket>();
   server.on("connection", (socket: net.Socket) => {
@@ -33,7 +33,7 @@ export function drainGently(server: http.Server, opts: { stalledAnswerMs: number
     socket.once("close", () => sockets.delete(socket));
   });
   let stalledAnswerMs = opts.stalledAnswerMs;
-  const watch = setInterval(() => cutStalled(sockets, stalledAnswerMs), STALL_CHECK_MS).unref();
+  const watch = setInterval(() => cutStalled(sockets, stalledAnswerMs, opts.onStalled), STALL_CHECK_MS).unref();
   server.once("close", () => clearInterval(watch));
   server.close = function close(this: http.Server, callback?: (err?: Error) => void) {
     net.Server.prototype.close.call(this, callback);
@@ -62,7 +62,7 @@ export function drainGently(server: http.Server, opts: { stalledAnswerMs: number
  * good part of its buffer is free: a client that reads keeps its connection,
  * and an answer the kernel's buffers hold whole is never unsent here.
  */
-function cutStalled(sockets: Set<net.Socket>, stalledAnswerMs: number): void {
+function cutStalled(sockets: Set<net.Socket>, stalledAnswerMs: number, onStalled?: (socket: net.Socket, stalledMs: number) => void): void {
   const now = Date.now();
   for (const socket of sockets as Set<Watched>) {
     const sent = socket.writableLength === 0 ? undefined : sentMark(socket);
@@ -70,6 +70,7 @@ function cutStalled(sockets: Set<net.Socket>, stalledAnswerMs: number): void {
       socket[SENT] = sent;
       socket[MOVED_AT] = now;
     } else if (now - socket[MOVED_AT]! >= stalledAnswerMs) {
+      onStalled?.(socket, now - socket[MOVED_AT]!);
       socket.destroy();
     }
   }

@@ -17,8 +17,8 @@ let client: net.Socket | undefined;
 /** A server whose every answer is ANSWER, and a client that asked for one and, so far, reads nothing of it. */
 async function stuckClient(stalledAnswerMs: number) {
   server = http.createServer((_req, res) => res.end(ANSWER));
-  drainGently(server, { stalledAnswerMs });
-  const state = { serverSideClosed: false, read: 0 };
+  const state = { serverSideClosed: false, read: 0, stalled: [] as number[] };
+  drainGently(server, { stalledAnswerMs, onStalled: (socket, stalledMs) => state.stalled.push(socket.writableLength > 0 ? stalledMs : -1) });
   // The client, paused, would not see the close until it read what came before it.
   server.on("connection", (socket) => socket.once("close", () => (state.serverSideClosed = true)));
   client = await bare.start(server);
@@ -35,6 +35,9 @@ it("closes a connection whose answer has not moved for the stall limit: a client
   await sleep(2_000);
   expect(state.serverSideClosed).toBe(false);
   await waitFor(() => state.serverSideClosed, 5_000);
+  // Told once, with how long the answer had sat unmoved, so that the gateway can log it.
+  expect(state.stalled).toHaveLength(1);
+  expect(state.stalled[0]).toBeGreaterThanOrEqual(3_000);
 });
 
 it("keeps the connection of a client that reads, if slowly", async () => {
@@ -52,6 +55,7 @@ it("keeps the connection of a client that reads, if slowly", async () => {
   }
   expect(state.read).toBeLessThan(ANSWER.length);
   expect(state.serverSideClosed).toBe(false);
+  expect(state.stalled).toEqual([]);
 });
 
 it("lets a drain end within seconds past a client that stopped reading, where it had waited for the 15 s cut", async () => {
