@@ -13,6 +13,8 @@ const STALL_CHECK_MS = 1_000;
 const SENT = Symbol("sent");
 const MOVED_AT = Symbol("movedAt");
 type Watched = net.Socket & { [SENT]?: number; [MOVED_AT]?: number };
+/** Told of a connection about to be closed for an answer that sat unmoved for `stalledMs`. */
+type OnStalled = (socket: net.Socket, stalledMs: number) => void;
 
 /**
  * Node's server.close() also closes every connection idle at that instant,
@@ -25,7 +27,7 @@ type Watched = net.Socket & { [SENT]?: number; [MOVED_AT]?: number };
  * A client that sends at that very moment meets the race every keep-alive
  * timeout has, and nothing more.
  */
-export function drainGently(server: http.Server, opts: { stalledAnswerMs: number; onStalled?: (socket: net.Socket, stalledMs: number) => void }): void {
+export function drainGently(server: http.Server, opts: { stalledAnswerMs: number; onStalled?: OnStalled }): void {
   // Per connection, not per request: the hot path pays nothing for it.
   const sockets = new Set<net.Socket>();
   server.on("connection", (socket: net.Socket) => {
@@ -62,7 +64,7 @@ export function drainGently(server: http.Server, opts: { stalledAnswerMs: number
  * good part of its buffer is free: a client that reads keeps its connection,
  * and an answer the kernel's buffers hold whole is never unsent here.
  */
-function cutStalled(sockets: Set<net.Socket>, stalledAnswerMs: number, onStalled?: (socket: net.Socket, stalledMs: number) => void): void {
+function cutStalled(sockets: Set<net.Socket>, stalledAnswerMs: number, onStalled?: OnStalled): void {
   const now = Date.now();
   for (const socket of sockets as Set<Watched>) {
     const sent = socket.writableLength === 0 ? undefined : sentMark(socket);
